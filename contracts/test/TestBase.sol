@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: MIT
+pragma solidity 0.8.30;
+
+/// @notice The subset of Foundry's cheatcodes this suite uses, at the fixed cheatcode address.
+/// @dev Invariant: every signature here matches forge 1.7.1's cheatcode ABI exactly; a wrong one
+///      fails at call time with an unknown-selector revert.
+interface Vm {
+    function prank(address sender) external;
+    function startPrank(address sender) external;
+    function stopPrank() external;
+    function deal(address account, uint256 newBalance) external;
+    function warp(uint256 newTimestamp) external;
+    function roll(uint256 newHeight) external;
+    function prevrandao(bytes32 newPrevrandao) external;
+    function expectRevert() external;
+    function expectRevert(bytes4 revertData) external;
+    function expectRevert(bytes calldata revertData) external;
+    function expectEmit() external;
+    function expectEmit(address emitter) external;
+    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData) external;
+    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData, address emitter)
+        external;
+    function assume(bool condition) external pure;
+    function label(address account, string calldata newLabel) external;
+    function addr(uint256 privateKey) external pure returns (address);
+    function cool(address target) external;
+}
+
+/// @notice A fuzz-selector target for invariant testing, as forge reads it from `targetSelectors()`.
+struct FuzzSelector {
+    address addr;
+    bytes4[] selectors;
+}
+
+/// @title TestBase
+/// @notice The suite's own minimal test base: the cheatcode handle, asserts that revert with a message,
+///         input bounding, and the invariant-target hooks forge queries on a test contract.
+/// @dev Invariant: a failed assertion always reverts, so forge marks the test failed without relying on
+///      any `failed()` flag.
+abstract contract TestBase {
+    Vm internal constant vm = Vm(address(uint160(uint256(keccak256("hevm cheat code")))));
+
+    /// @notice Marks this contract as a test contract for forge.
+    bool public IS_TEST = true;
+
+    event log_named_uint(string key, uint256 val);
+    event log_named_address(string key, address val);
+    event log_string(string val);
+
+    address[] private _targetContracts;
+    FuzzSelector[] private _targetSelectors;
+    address[] private _targetSenders;
+
+    // ------------------------------------------------------------------ invariant hooks
+
+    /// @notice Contracts the invariant fuzzer calls (forge queries this selector).
+    function targetContracts() public view returns (address[] memory) {
+        return _targetContracts;
+    }
+
+    /// @notice Per-contract selectors the invariant fuzzer calls (forge queries this selector).
+    function targetSelectors() public view returns (FuzzSelector[] memory) {
+        return _targetSelectors;
+    }
+
+    /// @notice Senders the invariant fuzzer uses (forge queries this selector; empty means random).
+    function targetSenders() public view returns (address[] memory) {
+        return _targetSenders;
+    }
+
+    function targetContract(address target) internal {
+        _targetContracts.push(target);
+    }
+
+    function targetSelector(FuzzSelector memory selector) internal {
+        _targetSelectors.push(selector);
+    }
+
+    function targetSender(address sender) internal {
+        _targetSenders.push(sender);
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    /// @notice Map any x into [lo, hi] (inclusive), keeping small values stable so shrinking works.
+    function bound(uint256 x, uint256 lo, uint256 hi) internal pure returns (uint256) {
+        require(lo <= hi, "bound: lo > hi");
+        if (x >= lo && x <= hi) return x;
+        uint256 size = hi - lo;
+        if (size == type(uint256).max) return x;
+        return lo + (x % (size + 1));
+    }
+
+    /// @notice A deterministic, labelled address with no code.
+    function makeAddr(string memory name) internal returns (address a) {
+        a = vm.addr(uint256(keccak256(bytes(name))));
+        vm.label(a, name);
+    }
+
+    // ------------------------------------------------------------------ asserts
+
+    function fail(string memory message) internal pure {
+        revert(message);
+    }
+
+    function assertTrue(bool c, string memory message) internal pure {
+        if (!c) revert(message);
+    }
+
+    function assertTrue(bool c) internal pure {
+        assertTrue(c, "assertTrue: false");
+    }
+
+    function assertFalse(bool c, string memory message) internal pure {
+        if (c) revert(message);
+    }
+
+    function assertFalse(bool c) internal pure {
+        assertFalse(c, "assertFalse: true");
+    }
+
+    function assertEq(uint256 a, uint256 b, string memory message) internal pure {
+        if (a != b) revert(string.concat(message, ": ", _u(a), " != ", _u(b)));
+    }
+
+    function assertEq(uint256 a, uint256 b) internal pure {
+        assertEq(a, b, "assertEq(uint)");
+    }
+
+    function assertEq(address a, address b, string memory message) internal pure {
+        if (a != b) revert(string.concat(message, ": ", _h(uint160(a)), " != ", _h(uint160(b))));
+    }
+
+    function assertEq(address a, address b) internal pure {
+        assertEq(a, b, "assertEq(address)");
+    }
+
+    function assertEq(bytes32 a, bytes32 b, string memory message) internal pure {
+        if (a != b) revert(string.concat(message, ": ", _h(uint256(a)), " != ", _h(uint256(b))));
+    }
+
+    function assertEq(bytes32 a, bytes32 b) internal pure {
+        assertEq(a, b, "assertEq(bytes32)");
+    }
+
+    function assertEq(bool a, bool b, string memory message) internal pure {
+        if (a != b) revert(string.concat(message, a ? ": true != false" : ": false != true"));
+    }
+
+    function assertEq(bool a, bool b) internal pure {
+        assertEq(a, b, "assertEq(bool)");
+    }
+
+    function assertEq(bytes memory a, bytes memory b, string memory message) internal pure {
+        if (keccak256(a) != keccak256(b)) revert(string.concat(message, ": bytes differ"));
+    }
+
+    function assertEq(bytes memory a, bytes memory b) internal pure {
+        assertEq(a, b, "assertEq(bytes)");
+    }
+
+    function assertNotEq(bytes32 a, bytes32 b, string memory message) internal pure {
+        if (a == b) revert(string.concat(message, ": both ", _h(uint256(a))));
+    }
+
+    function assertNotEq(uint256 a, uint256 b, string memory message) internal pure {
+        if (a == b) revert(string.concat(message, ": both ", _u(a)));
+    }
+
+    function assertGt(uint256 a, uint256 b, string memory message) internal pure {
+        if (a <= b) revert(string.concat(message, ": ", _u(a), " <= ", _u(b)));
+    }
+
+    function assertGe(uint256 a, uint256 b, string memory message) internal pure {
+        if (a < b) revert(string.concat(message, ": ", _u(a), " < ", _u(b)));
+    }
+
+    function assertLt(uint256 a, uint256 b, string memory message) internal pure {
+        if (a >= b) revert(string.concat(message, ": ", _u(a), " >= ", _u(b)));
+    }
+
+    function assertLe(uint256 a, uint256 b, string memory message) internal pure {
+        if (a > b) revert(string.concat(message, ": ", _u(a), " > ", _u(b)));
+    }
+
+    // ------------------------------------------------------------------ formatting
+
+    function _u(uint256 v) private pure returns (string memory) {
+        if (v == 0) return "0";
+        uint256 len;
+        for (uint256 t = v; t != 0; t /= 10) ++len;
+        bytes memory s = new bytes(len);
+        for (; v != 0; v /= 10) s[--len] = bytes1(uint8(48 + (v % 10)));
+        return string(s);
+    }
+
+    function _h(uint256 v) private pure returns (string memory) {
+        bytes memory s = new bytes(66);
+        s[0] = "0";
+        s[1] = "x";
+        for (uint256 i = 65; i > 1; --i) {
+            s[i] = bytes16("0123456789abcdef")[v & 0xf];
+            v >>= 4;
+        }
+        return string(s);
+    }
+}

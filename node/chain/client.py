@@ -1,0 +1,215 @@
+"""A web3 client for one sender: contract handles, deployment, transactions, events.
+
+Invariants:
+- One `ChainClient` per key; its `NonceManager` hands out each nonce exactly once, so many threads may
+  send concurrently without clashes; a failed send resynchronises from the chain.
+- Every revert is decoded before sending (gas estimation replays the call), so a refused call costs no
+  gas and surfaces as a `ContractRevert` naming the custom error.
+- A dead endpoint raises `ChainUnavailable` within `request_timeout`; a wrong chain id raises `WrongChain`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import requests
+from eth_account.signers.local import LocalAccount
+from rollnet.node.chain.artifacts import load_artifact
+from rollnet.node.chain.revert import decode_revert
+from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionTimeout, WrongChain
+from web3 import Web3
+from web3.contract import Contract
+from web3.contract.contract import ContractConstructor, ContractFunction
+from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
+from web3.types import TxReceipt
+
+GAS_MARGIN = 1.25
+PRIORITY_FEE_WEI = 10**9
+FEE_CACHE_SECONDS = 5.0
+
+
+class NonceManager:
+    """Hands out consecutive nonces for one address under a lock."""
+
+    def __init__(self, w3: Web3, address: str):
+        self._w3 = w3
+        self._address = address
+        self._next: int | None = None
+        self.lock = threading.Lock()
+
+    def take(self) -> int:
+        """The next nonce; call with `lock` held."""
+        if self._next is None:
+            self._next = self._w3.eth.get_transaction_count(self._address, "pending")
+        nonce = self._next
+        self._next += 1
+        return nonce
+
+    def resync(self) -> None:
+        """Forget the local counter; the next `take` asks the chain. Call with `lock` held."""
+        self._next = None
+
+
+@contextlib.contextmanager
+def rpc_errors(rpc_url: str) -> Iterator[None]:
+    """Translate transport failures and reverts into RollnetErrors."""
+    try:
+        yield
+    except ContractLogicError as exc:
+        raise decode_revert(exc.data if isinstance(exc.data, str) else None) from None
+    except (requests.ConnectionError, requests.Timeout, ConnectionError) as exc:
+        raise ChainUnavailable(f"no Ethereum node answers at {rpc_url} ({type(exc).__name__})") from None
+    except Web3RPCError as exc:
+        message = exc.rpc_response.get("error", {}).get("message") if exc.rpc_response else None
+        raise RollnetError(f"the chain refused the request: {message or exc}") from None
+
+
+class ChainClient:
+    """Talks to one chain as (at most) one sender."""
+
+    def __init__(
+        self,
+        rpc_url: str,
+        account: LocalAccount | None = None,
+        *,
+        expected_chain_id: int | None = None,
+        request_timeout: float = 10.0,
+        receipt_timeout: float = 60.0,
+    ):
+        self.rpc_url = rpc_url
+        self.account = account
+        self.receipt_timeout = receipt_timeout
+        provider = Web3.HTTPProvider(
+            rpc_url, request_kwargs={"timeout": request_timeout}, exception_retry_configuration=None
+        )
+        self.w3 = Web3(provider)
+        with rpc_errors(rpc_url):
+            self.chain_id = self.w3.eth.chain_id
+        if expected_chain_id is not None and self.chain_id != expected_chain_id:
+            raise WrongChain(
+                f"the chain at {rpc_url} has id {self.chain_id}, but the deployment is on chain {expected_chain_id}"
+            )
+        self._nonces = NonceManager(self.w3, account.address) if account else None
+        self._fees: dict[str, int] | None = None
+        self._fees_at = 0.0
+        self._contracts: dict[tuple[str, str], Contract] = {}
+
+    # -------------------------------------------------------------- reading
+
+    @property
+    def address(self) -> str:
+        if self.account is None:
+            raise RollnetError("this command needs a key: pass --key NAME or --dev-account N")
+        return self.account.address
+
+    def contract(self, name: str, address: str) -> Contract:
+        key = (name, address)
+        if key not in self._contracts:
+            abi = load_artifact(name).abi
+            self._contracts[key] = self.w3.eth.contract(address=Web3.to_checksum_address(address), abi=abi)
+        return self._contracts[key]
+
+    def call(self, fn: ContractFunction, block: int | str = "latest") -> Any:
+        with rpc_errors(self.rpc_url):
+            return fn.call(block_identifier=block)
+
+    def balance(self, address: str) -> int:
+        with rpc_errors(self.rpc_url):
+            return self.w3.eth.get_balance(Web3.to_checksum_address(address))
+
+    def block_number(self) -> int:
+        with rpc_errors(self.rpc_url):
+            return self.w3.eth.block_number
+
+    def rpc(self, method: str, params: list[Any]) -> Any:
+        """A raw JSON-RPC call (e.g. Anvil's evm_increaseTime)."""
+        with rpc_errors(self.rpc_url):
+            response = self.w3.provider.make_request(method, params)
+        if "error" in response:
+            raise RollnetError(f"{method} failed: {response['error'].get('message')}")
+        return response.get("result")
+
+    # -------------------------------------------------------------- writing
+
+    def transact(self, fn: ContractFunction | ContractConstructor, value: int = 0) -> TxReceipt:
+        """Send a contract transaction from our account and wait for its receipt; raise on revert."""
+        base = {"from": self.address, "value": value, "chainId": self.chain_id}
+        with rpc_errors(self.rpc_url):
+            gas = int(fn.estimate_gas(base) * GAS_MARGIN) + 21_000
+        return self._sign_and_send(lambda fields: fn.build_transaction({**base, "gas": gas, **fields}))
+
+    def transfer(self, to: str, value: int) -> TxReceipt:
+        """Send plain ETH from our account."""
+        base = {"from": self.address, "to": Web3.to_checksum_address(to), "value": value,
+                "chainId": self.chain_id, "gas": 21_000}
+        return self._sign_and_send(lambda fields: {**base, **fields})
+
+    def _sign_and_send(self, build: Callable[[dict], dict]) -> TxReceipt:
+        """Fill fees and a fresh nonce into `build`'s transaction, sign, send, wait for the receipt."""
+        assert self._nonces is not None and self.account is not None
+        with rpc_errors(self.rpc_url):
+            fees = self._current_fees()
+            with self._nonces.lock:
+                tx = build({"nonce": self._nonces.take(), **fees})
+                signed = self.account.sign_transaction(tx)
+                try:
+                    tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
+                except BaseException:
+                    self._nonces.resync()
+                    raise
+            try:
+                receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout)
+            except TimeExhausted:
+                raise TransactionTimeout(
+                    f"transaction 0x{tx_hash.hex()} was sent but not mined within {self.receipt_timeout:.0f}s"
+                ) from None
+        if receipt["status"] != 1:
+            self._explain_failure(tx, receipt)
+        return receipt
+
+    def deploy(self, name: str, *args: Any, value: int = 0) -> str:
+        artifact = load_artifact(name)
+        factory = self.w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
+        receipt = self.transact(factory.constructor(*args), value=value)
+        return receipt["contractAddress"]
+
+    def _current_fees(self) -> dict[str, int]:
+        now = time.monotonic()
+        if self._fees is None or now - self._fees_at > FEE_CACHE_SECONDS:
+            base_fee = self.w3.eth.get_block("latest").get("baseFeePerGas", 0)
+            self._fees = {"maxFeePerGas": 2 * base_fee + PRIORITY_FEE_WEI, "maxPriorityFeePerGas": PRIORITY_FEE_WEI}
+            self._fees_at = now
+        return self._fees
+
+    def _explain_failure(self, tx: dict, receipt: TxReceipt) -> None:
+        call = {k: tx[k] for k in ("from", "to", "value", "data") if k in tx}
+        with rpc_errors(self.rpc_url):
+            self.w3.eth.call(call, block_identifier=receipt["blockNumber"])
+        raise RollnetError(f"transaction 0x{receipt['transactionHash'].hex()} failed on chain")
+
+    # -------------------------------------------------------------- events
+
+    def events(self, contract: Contract, event: str, from_block: int, to_block: int | str = "latest") -> list:
+        """Decoded logs of one event in a block range."""
+        with rpc_errors(self.rpc_url):
+            return list(contract.events[event].get_logs(from_block=from_block, to_block=to_block))
+
+    def follow(
+        self, contract: Contract, events: list[str], from_block: int, poll_seconds: float = 0.5,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Any]:
+        """Yield decoded logs of `events` from `from_block` onward, in chain order, until `stop` is set."""
+        next_block = from_block
+        while stop is None or not stop.is_set():
+            head = self.block_number()
+            if head >= next_block:
+                batch = [log for name in events for log in self.events(contract, name, next_block, head)]
+                batch.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
+                yield from batch
+                next_block = head + 1
+            else:
+                time.sleep(poll_seconds)

@@ -1,0 +1,38 @@
+"""User-facing errors.
+
+Invariant: every mistake a user can make (bad input, a dead endpoint, a wrong password) surfaces as a
+`RollnetError` whose message is one readable line; the CLI prints it without a traceback and exits 1.
+"""
+
+
+class RollnetError(Exception):
+    """A failure explained in one line, caused by input or environment rather than a bug."""
+
+
+class ConfigError(RollnetError):
+    """A configuration or spec file is missing, malformed or out of range."""
+
+
+class KeystoreError(RollnetError):
+    """A keystore is missing, unreadable, or its password is wrong."""
+
+
+class ChainUnavailable(RollnetError):
+    """The chain endpoint does not answer."""
+
+
+class WrongChain(RollnetError):
+    """The endpoint answers with a different chain id than the deployment expects."""
+
+
+class ContractRevert(RollnetError):
+    """A contract call reverted; the message names the decoded custom error."""
+
+    def __init__(self, message: str, error_name: str | None = None, args: dict | None = None):
+        super().__init__(message)
+        self.error_name = error_name
+        self.error_args = args or {}
+
+
+class TransactionTimeout(RollnetError):
+    """A transaction was sent but no receipt arrived in time."""

@@ -1,0 +1,69 @@
+"""The `rollnet` command: composes each role package's sub-commands and prints user errors as one line.
+
+Invariant: a RollnetError (user mistake or environment problem) exits 1 with `error: <message>` on
+stderr and no traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from rollnet.devnet import devnet
+from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, node_cmd
+from rollnet.node.cli.context import CliContext, configure_logging, make_console
+from rollnet.node.errors import RollnetError
+
+app = typer.Typer(
+    name="rollnet",
+    help="rollnet: a permissionless compute market for RL post-training.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(keys_cmd.app, name="keys")
+app.add_typer(chain_cmd.app, name="chain")
+app.add_typer(node_cmd.app, name="node")
+app.add_typer(job_cmd.app, name="job")
+app.command("devnet")(devnet)
+
+
+@app.callback()
+def common(
+    ctx: typer.Context,
+    data_dir: Path = typer.Option(None, "--data-dir", envvar="ROLLNET_HOME", help="node state (default ~/.rollnet)"),
+    rpc_url: str = typer.Option(None, "--rpc-url", envvar="ROLLNET_RPC_URL", help="chain JSON-RPC endpoint"),
+    log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error"),
+) -> None:
+    configure_logging(log_level)
+    ctx.obj = CliContext(data_dir_option=data_dir, rpc_url_option=rpc_url)
+
+
+def main(argv: list[str] | None = None) -> int:
+    err = make_console(stderr=True)
+    try:
+        app(args=argv, standalone_mode=False)
+    except RollnetError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+    except typer.Abort:
+        err.print("aborted")
+        return 1
+    except typer.Exit as exc:
+        return exc.exit_code
+    except Exception as exc:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

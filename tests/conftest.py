@@ -1,0 +1,53 @@
+"""Shared fixtures: a real Anvil on 127.0.0.1, the deployed market, and isolated data directories.
+
+Invariant: every chain a test touches is a real anvil process started here and stopped afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rollnet.node.chain.anvil import AnvilProcess, start_anvil
+from rollnet.node.chain.client import ChainClient
+from rollnet.node.chain.deploy import RegistryParams, deploy_market
+from rollnet.node.config import Deployment
+from rollnet.node.keys import dev_account
+
+REPO = Path(__file__).resolve().parents[1]
+ETH = 10**18
+
+
+@pytest.fixture
+def anvil() -> Iterator[AnvilProcess]:
+    node = start_anvil()
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def market(anvil: AnvilProcess) -> Deployment:
+    """The three contracts deployed by dev account 0 (min stakes: worker 1, validator 5 ETH; 1 day unbonding)."""
+    client = ChainClient(anvil.url, dev_account(0))
+    return deploy_market(client, RegistryParams(unbonding_period_seconds=86_400))
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An isolated ROLLNET_HOME with a keystore password in the environment."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("ROLLNET_HOME", str(home))
+    monkeypatch.setenv("ROLLNET_PASSWORD", "correct horse battery staple")
+    monkeypatch.delenv("ROLLNET_RPC_URL", raising=False)
+    monkeypatch.delenv("ROLLNET_PRIVATE_KEY", raising=False)
+    return home
+
+
+def client_for(anvil: AnvilProcess, index: int) -> ChainClient:
+    return ChainClient(anvil.url, dev_account(index))
+
+
+def advance_time(client: ChainClient, seconds: int) -> None:
+    client.rpc("evm_increaseTime", [seconds])
+    client.rpc("evm_mine", [])

@@ -1,0 +1,189 @@
+"""The CLI as a user drives it, on a real anvil: the new-user flow, and one clear line for each mistake."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, advance_time
+from rollnet.node.chain.anvil import free_port, start_anvil
+from rollnet.node.config import Deployment
+
+from rollnet.cli import main
+
+ROLLNET = str(Path(sys.executable).with_name("rollnet"))
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ROLLNET, *args], capture_output=True, text=True, timeout=120, env=os.environ.copy())
+
+
+def test_new_user_flow_with_the_console_script(data_dir: Path) -> None:
+    """keys new, chain up, node join --stake 10, job deploy, job status, node status, chain down."""
+    steps = [
+        ("keys", "new"),
+        ("chain", "up"),
+        ("node", "join", "--stake", "10"),
+        ("job", "deploy", "--spec", str(REPO / "examples" / "job.toml"), "--budget", "5"),
+    ]
+    try:
+        outputs = []
+        for step in steps:
+            result = run(*step)
+            assert result.returncode == 0, f"{step}: {result.stderr}"
+            outputs.append(result.stdout)
+        job = re.search(r"job (0x[0-9a-fA-F]{40}) created", outputs[-1]).group(1)
+        status = run("job", "status", job)
+        assert status.returncode == 0, status.stderr
+        assert "5 ETH" in status.stdout and "8 x 8" in status.stdout
+        node = run("node", "status")
+        assert re.search(r"active stake\s+10 ETH", node.stdout), node.stdout
+        assert "12D3KooW" in node.stdout
+        assert run("job", "status", "latest").stdout == status.stdout
+    finally:
+        down = run("chain", "down")
+    assert down.returncode == 0 and "stopped anvil" in down.stdout
+    assert not (data_dir / "deployment.json").exists()
+
+
+@pytest.fixture
+def chain_up(data_dir: Path):  # noqa: ANN201
+    assert main(["chain", "up"]) == 0
+    yield Deployment.load(data_dir)
+    main(["chain", "down"])
+
+
+def fails_with(capsys: pytest.CaptureFixture, argv: list[str], pattern: str) -> str:
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert re.search(pattern, err), err
+    return err
+
+
+def test_stake_below_minimum_names_the_minimum(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    fails_with(capsys, ["node", "join", "--stake", "0.5", "--dev-account", "3"],
+               r"stake 0\.5 ETH is below the worker minimum of 1 ETH")
+    fails_with(capsys, ["node", "join", "--stake", "2", "--role", "validator", "--dev-account", "3"],
+               r"below the validator minimum of 5 ETH")
+
+
+def test_joining_twice(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    assert main(["node", "join", "--stake", "10", "--dev-account", "3"]) == 0
+    fails_with(capsys, ["node", "join", "--stake", "10", "--dev-account", "3"], r"already registered")
+
+
+def test_unbond_and_withdraw_too_early(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    fails_with(capsys, ["node", "unbond", "1", "--dev-account", "4"], r"is not registered: run `rollnet node join")
+    fails_with(capsys, ["node", "withdraw", "--dev-account", "4"], r"nothing to withdraw")
+    assert main(["node", "join", "--stake", "10", "--dev-account", "4"]) == 0
+    fails_with(capsys, ["node", "unbond", "11", "--dev-account", "4"], r"cannot unbond 11 ETH: only 10 ETH")
+    assert main(["node", "unbond", "3", "--dev-account", "4"]) == 0
+    fails_with(capsys, ["node", "withdraw", "--dev-account", "4"], r"not withdrawable until \d{4}-\d\d-\d\d")
+
+
+def test_withdraw_after_the_unbonding_period(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    from rollnet.node.chain.client import ChainClient
+
+    assert main(["node", "join", "--stake", "10", "--dev-account", "5"]) == 0
+    assert main(["node", "unbond", "4", "--dev-account", "5"]) == 0
+    advance_time(ChainClient(chain_up.rpc_url), 7 * 86_400 + 1)
+    capsys.readouterr()
+    assert main(["node", "withdraw", "--dev-account", "5"]) == 0
+    assert "withdrew 4 ETH" in capsys.readouterr().out
+
+
+def test_chain_that_does_not_answer(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    fails_with(capsys, ["--rpc-url", dead, "node", "status", "--dev-account", "1"],
+               rf"no Ethereum node answers at {re.escape(dead)}")
+
+
+def test_wrong_chain_id(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    other = start_anvil(chain_id=777)
+    try:
+        fails_with(capsys, ["--rpc-url", other.url, "node", "status", "--dev-account", "1"],
+                   r"has id 777, but the deployment is on chain 31337")
+    finally:
+        other.stop()
+
+
+def test_missing_or_wrong_keystore_password(data_dir: Path, capsys: pytest.CaptureFixture,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["keys", "new"]) == 0
+    assert main(["chain", "up"]) == 0
+    try:
+        monkeypatch.setenv("ROLLNET_PASSWORD", "not the password")
+        fails_with(capsys, ["node", "status"], r"wrong password for key 'default'")
+        monkeypatch.delenv("ROLLNET_PASSWORD")
+        fails_with(capsys, ["node", "status"], r"no password: set ROLLNET_PASSWORD")
+        fails_with(capsys, ["node", "status", "--key", "nobody"], r"no key named 'nobody'")
+    finally:
+        main(["chain", "down"])
+
+
+def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = (REPO / "examples" / "job.toml").read_text()
+    assert old in text
+    path = tmp_path / "job.toml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "pattern"),
+    [
+        ("quorum = 2 ", "", r"missing field 'quorum'"),
+        ("group_size = 8 ", "group_size = 0 ", r"field 'group_size': Input should be greater than or equal to 2"),
+        ("clip_epsilon = 0.2 ", "clip_epsilon = 1.5 ", r"field 'clip_epsilon': Input should be less than 1"),
+        ('trainer = "self"', 'trainer = "0x1234"', r"field 'trainer'.*Ethereum address"),
+        ("lease_seconds = 600 ", "lease_seconds = 600000 ", r"shorter than the registry's unbonding period"),
+        ("max_staleness = 4 ", "max_staleness = 4\nstalenes = 3\n", r"unknown field 'stalenes'"),
+    ],
+)
+def test_bad_spec_fields(chain_up: Deployment, capsys: pytest.CaptureFixture, tmp_path: Path,
+                         old: str, new: str, pattern: str) -> None:
+    spec = _spec_with(tmp_path, old, new)
+    fails_with(capsys, ["job", "deploy", "--spec", str(spec), "--budget", "5", "--dev-account", "0"], pattern)
+
+
+def test_spec_file_missing_and_budget_too_small(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    fails_with(capsys, ["job", "deploy", "--spec", "/nonexistent.toml", "--budget", "5", "--dev-account", "0"],
+               r"spec file /nonexistent.toml does not exist")
+    fails_with(capsys, ["job", "deploy", "--spec", str(REPO / "examples" / "job.toml"), "--budget", "0.01",
+                        "--dev-account", "0"], r"budget 0\.01 ETH does not cover one lease \(0\.064 ETH")
+
+
+def test_job_status_of_a_non_job(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
+    fails_with(capsys, ["job", "status", chain_up.registry], r"is not a job created by the factory")
+    fails_with(capsys, ["job", "status", "latest"], r"no jobs exist yet")
+
+
+def test_commands_before_chain_up(data_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    fails_with(capsys, ["node", "status", "--dev-account", "1"], r"no deployment in .*: run `rollnet chain up` first")
+
+
+def test_keys_new_show_import(data_dir: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["keys", "new", "--name", "alice"]) == 0
+    out = capsys.readouterr().out
+    address = re.search(r"0x[0-9a-fA-F]{40}", out).group(0)
+    path = data_dir / "keys" / "alice.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert main(["keys", "show", "--name", "alice"]) == 0
+    assert address in capsys.readouterr().out
+    fails_with(capsys, ["keys", "new", "--name", "alice"], r"already exists")
+    secret = "0x" + "ab" * 32
+    monkeypatch.setenv("ROLLNET_PRIVATE_KEY", secret)
+    assert main(["keys", "import", "--name", "bob"]) == 0
+    captured = capsys.readouterr()
+    assert "ab" * 32 not in captured.out + captured.err
+    assert "ab" * 32 not in (data_dir / "keys" / "bob.json").read_text()
+    monkeypatch.setenv("ROLLNET_PRIVATE_KEY", "0x1234")
+    fails_with(capsys, ["keys", "import", "--name", "carol"], r"not a valid private key")

@@ -1,0 +1,53 @@
+"""The wheel carries every module of node/, validator/ and trainer/ under the rollnet namespace."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from conftest import REPO
+
+ROLE_FOLDERS = ("node", "validator", "trainer")
+
+
+def test_wheel_contains_every_module(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(REPO)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("rollnet-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {"rollnet/__init__.py", "rollnet/cli.py"}
+    for folder in ROLE_FOLDERS:
+        for module in (REPO / folder).rglob("*.py"):
+            expected.add(f"rollnet/{module.relative_to(REPO).as_posix()}")
+    assert len(expected) > 20
+    missing = sorted(expected - names)
+    assert not missing, f"modules missing from the wheel: {missing}"
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "rollnet = rollnet.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_node_never_imports_validator_or_trainer() -> None:
+    offenders = {
+        str(path.relative_to(REPO)): sorted(bad)
+        for path in (REPO / "node").rglob("*.py")
+        if (bad := {m for m in _imported_modules(path) if m.startswith(("rollnet.validator", "rollnet.trainer"))})
+    }
+    imports_seen = set().union(*(_imported_modules(p) for p in (REPO / "node").rglob("*.py")))
+    assert "rollnet.node.chain.client" in imports_seen  # the scan does see our own imports
+    assert offenders == {}

@@ -1,0 +1,4 @@
+"""The GRPO trainer, its staleness-bounded rollout buffer and policy publishing.
+
+Invariant: depends on `rollnet.node`, never the reverse.
+"""

@@ -1,0 +1,4 @@
+"""The validator daemon: fetch, verify, attest, challenge.
+
+Invariant: depends on `rollnet.node`, never the reverse.
+"""
