@@ -42,7 +42,8 @@ test-python: setup
 	$(BIN)/python -m pytest -q
 
 gas: setup
-	cd contracts && $(FORGE) test --match-contract GasPath --gas-report
+	FORGE=$(FORGE) bash contracts/script/gas_report.sh
+	$(BIN)/python bench/gas.py --json bench/results/gas.json
 
 devnet: setup
 	$(BIN)/rollnet devnet

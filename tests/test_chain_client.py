@@ -11,7 +11,7 @@ from rollnet.node.chain.anvil import AnvilProcess, free_port, start_anvil
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
-from rollnet.node.errors import ChainUnavailable, ContractRevert, WrongChain
+from rollnet.node.errors import ChainUnavailable, ContractRevert, TransactionTimeout, WrongChain
 from rollnet.node.keys import dev_account
 
 
@@ -91,3 +91,12 @@ def test_follow_yields_events_in_chain_order_from_a_block(market: Deployment, an
         if len(seen) == 4:
             stop.set()
     assert seen == [("FactorySet", None), ("NodeJoined", b"p1"), ("NodeJoined", b"p2"), ("NodeJoined", b"p3")]
+
+
+def test_receipt_wait_times_out_with_a_clear_error(anvil: AnvilProcess) -> None:
+    sender = ChainClient(anvil.url, dev_account(6), receipt_timeout=1.0)
+    sender.rpc("evm_setAutomine", [False])
+    with pytest.raises(TransactionTimeout, match=r"was sent but not mined within 1s"):
+        sender.transfer(dev_account(7).address, 1)
+    sender.rpc("evm_mine", [])
+    assert sender.w3.eth.get_transaction_count(sender.address) == 1

@@ -10,6 +10,7 @@ import {INodeRegistry, JobSpec} from "./Interfaces.sol";
 ///      Invariant: address(this).balance == escrow + totalOwed + bondsHeld, and reserved <= escrow.
 ///      A lease moves Leased -> Submitted -> Accepted|Rejected [-> Challenged] -> Paid|Slashed,
 ///      or Leased -> Returned (lease expired) or Submitted -> Lapsed (no quorum in the vote window).
+///      A validator that voted on a lease cannot challenge it.
 contract TrainingJob {
     enum Status {
         None,
@@ -103,6 +104,7 @@ contract TrainingJob {
     error UnexpectedPayment();
     error TransferFailed();
     error UnknownLease(uint256 leaseId);
+    error VoterCannotChallenge(uint256 leaseId, address validator);
 
     event Initialized(address indexed requester, uint256 budget);
     event PolicyPublished(uint64 indexed version, bytes32 root);
@@ -121,6 +123,11 @@ contract TrainingJob {
     event SlashReceived(uint256 amount);
     event JobClosedEvent(uint256 refunded);
     event EscrowRefunded(address indexed requester, uint256 amount);
+
+    /// @dev The implementation itself is locked: only clones (which skip this constructor) can be initialised.
+    constructor() {
+        registry = INodeRegistry(address(1));
+    }
 
     /// @notice Initialise a freshly cloned job. Called once by the factory in the same transaction.
     /// @param spec_ The job's parameters (validated by the factory).
@@ -289,6 +296,8 @@ contract TrainingJob {
         if (l.status != Status.Accepted && l.status != Status.Rejected) revert WrongStatus(leaseId, l.status);
         if (block.timestamp > l.deadline) revert DeadlinePassed(leaseId, l.deadline);
         if (msg.value != _spec.challengeBond) revert WrongBond(_spec.challengeBond, msg.value);
+        // A voter could otherwise challenge its own decision and collect its own slash as the challenger.
+        if (votes[leaseId][msg.sender] != 0) revert VoterCannotChallenge(leaseId, msg.sender);
         if (!registry.isActive(msg.sender, ROLE_WORKER) && !registry.isActive(msg.sender, ROLE_VALIDATOR)) {
             revert NotActive(msg.sender, ROLE_WORKER | ROLE_VALIDATOR);
         }

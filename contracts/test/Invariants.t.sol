@@ -34,6 +34,8 @@ contract Handler {
     uint256 public ghostSlashed;
     uint256 public ghostChallenges;
     uint256 public ghostOverturned;
+    uint256 public ghostUpheld;
+    uint256 public ghostUnbondingSlashed;
     uint256 public ghostVoterSlashes;
     uint256 public ghostReturned;
     uint256 public ghostLapsed;
@@ -88,7 +90,8 @@ contract Handler {
         address a = actors[who % actors.length];
         (,, uint256 active,,) = registry.nodeInfo(a);
         if (active == 0) return;
-        amount = _bound(amount, 1, active);
+        // A third of the time unbond everything, so later slashes have to reach unbonding stake.
+        amount = amount % 3 == 0 ? active : _bound(amount, 1, active);
         vm.prank(a);
         registry.requestUnbond(amount);
     }
@@ -204,10 +207,9 @@ contract Handler {
         (, uint64 deadline, bool originalAccepted,,) = job.challenges(id);
         if (block.timestamp > deadline) return;
         bool accept = verdict % 2 == 0;
-        vm.prank(arbiter);
-        job.resolve(id, accept);
-        _countSettled(id);
+        _settleCounted(id, true, accept);
         if (accept != originalAccepted) ++ghostOverturned;
+        else ++ghostUpheld;
     }
 
     function finalize(uint256 leaseSeed, uint256 jump) external {
@@ -217,8 +219,7 @@ contract Handler {
         if (job.getLease(id).status == TrainingJob.Status.Challenged) (, deadline,,,) = job.challenges(id);
         if (jump % 2 == 0 && block.timestamp <= deadline) vm.warp(uint256(deadline) + 1);
         if (block.timestamp <= deadline) return;
-        job.finalize(id);
-        _countSettled(id);
+        _settleCounted(id, false, false);
     }
 
     function slashVoter(uint256 leaseSeed, uint256 valSeed) external {
@@ -264,6 +265,21 @@ contract Handler {
         TrainingJob.Status st = job.getLease(id).status;
         if (st == TrainingJob.Status.Paid) ++ghostPaid;
         else if (st == TrainingJob.Status.Slashed) ++ghostSlashed;
+    }
+
+    /// @dev Run a settlement and count it; notes when the slash had to reach the worker's unbonding stake.
+    function _settleCounted(uint256 id, bool viaResolve, bool accept) internal {
+        address w = job.getLease(id).worker;
+        (,,, uint256 unbondingBefore,) = registry.nodeInfo(w);
+        if (viaResolve) {
+            vm.prank(arbiter);
+            job.resolve(id, accept);
+        } else {
+            job.finalize(id);
+        }
+        (,,, uint256 unbondingAfter,) = registry.nodeInfo(w);
+        if (unbondingAfter < unbondingBefore) ++ghostUnbondingSlashed;
+        _countSettled(id);
     }
 
     /// @dev A lease whose status lies in [lo, hi], scanning from a random start; 0 if none.
@@ -315,6 +331,9 @@ contract InvariantsTest is Fixture {
         vm.warp(1_700_000_000);
         vm.roll(100);
         s = _spec();
+        // A slash of 2 ether against 3-ether workers reaches unbonding stake as soon as a worker unbonds 1 ether;
+        // 4-ether validators stay exactly at the validator minimum after one voter slash.
+        s.slashAmount = 2 ether;
         // Budget for 6 leases, so escrow exhaustion and release are exercised too.
         job = _createJob(s, 6 * _cost(s));
         handler = new Handler(registry, job, trainer, arbiter, requester);
@@ -391,6 +410,20 @@ contract InvariantsTest is Fixture {
         assertEq(handler.ghostSlashed(), 2, "slashed (overturned lease 3 and rejected lease 2)");
         handler.withdrawPayment(0);
         assertGt(handler.ghostPayouts(), 0, "payout");
+        // An upheld challenge: the bond goes to escrow.
+        uint256 upheld = _scriptedDecided(0, true);
+        handler.challenge(upheld - 1, 1);
+        uint256 escrowBefore = job.escrow();
+        handler.resolve(upheld - 1, 0); // verdict even: accept, as decided
+        assertEq(handler.ghostUpheld(), 1, "upheld");
+        assertEq(job.escrow(), escrowBefore + s.challengeBond - job.leaseCost(), "bond in, pay out");
+        // A rejected worker who unbonds everything is still slashed, from unbonding stake.
+        uint256 fled = _scriptedDecided(1, false);
+        address fleeing = job.getLease(fled).worker;
+        handler.requestUnbond(1, 3); // amount % 3 == 0: unbond all active stake
+        assertEq(_active(fleeing), 0, "all stake unbonding");
+        handler.finalize(fled - 1, 0);
+        assertEq(handler.ghostUnbondingSlashed(), 1, "slash reached unbonding stake");
         handler.reclaim(3, 0); // lease 4 expired during the challenge window
         assertEq(handler.ghostReturned(), 1, "returned");
         handler.claim(1);
@@ -412,6 +445,21 @@ contract InvariantsTest is Fixture {
         invariant_reservedEqualsOpenLeasesTimesCost();
         invariant_bondsHeldEqualsOpenChallengesTimesBond();
         invariant_totalsEqualSumsOverAccounts();
+    }
+
+    /// @dev Through the handler: worker actors[w] claims and submits a lease that v-actors 3 and 4 decide.
+    function _scriptedDecided(uint256 w, bool accept) internal returns (uint256 id) {
+        handler.claim(w);
+        id = job.leaseCount();
+        assertEq(job.getLease(id).worker, handler.actors(w), "scripted claim");
+        handler.submit(id - 1, 0);
+        handler.attest(id - 1, 3, accept ? 1 : 0);
+        handler.attest(id - 1, 4, accept ? 1 : 0);
+        assertEq(
+            uint256(job.getLease(id).status),
+            uint256(accept ? TrainingJob.Status.Accepted : TrainingJob.Status.Rejected),
+            "scripted decision"
+        );
     }
 
     function invariant_registryBalanceEqualsActivePlusUnbonding() public view {

@@ -220,12 +220,12 @@ contract JobFactoryTest is Fixture {
         assertEq(j.requester(), requester, "requester unchanged");
     }
 
-    function test_initialize_revertsNotFactory_onImplementation() public {
+    function test_initialize_revertsAlreadyInitialized_onLockedImplementation() public {
         JobSpec memory s = _spec();
-        vm.expectRevert(TrainingJob.NotFactory.selector);
+        vm.expectRevert(TrainingJob.AlreadyInitialized.selector);
         vm.prank(outsider);
         implementation.initialize(s, outsider, INodeRegistry(address(registry)));
-        assertEq(address(implementation.registry()), address(0), "template stays uninitialised");
+        assertEq(address(implementation.registry()), address(1), "template stays locked");
     }
 
     function test_initialize_revertsNotFactory_onFreshClone() public {
@@ -238,15 +238,16 @@ contract JobFactoryTest is Fixture {
     }
 
     function test_initialize_withFakeRegistry_yieldsJobThatCannotSlash() public {
-        // Anyone may initialise the template against a registry of their own; it still is no factory job,
-        // so the real registry refuses its slashes.
+        // Anyone may initialise a clone of their own against a registry of their own; it still is no
+        // factory job, so the real registry refuses its slashes.
         FakeRegistry fake = new FakeRegistry(outsider);
+        TrainingJob rogue = TrainingJob(payable(_clone(address(implementation))));
         JobSpec memory s = _spec();
         vm.prank(outsider);
-        implementation.initialize(s, outsider, INodeRegistry(address(fake)));
-        assertFalse(factory.isJob(address(implementation)), "not a factory job");
-        vm.expectRevert(abi.encodeWithSelector(NodeRegistry.NotAuthorizedSlasher.selector, address(implementation)));
-        vm.prank(address(implementation));
+        rogue.initialize(s, outsider, INodeRegistry(address(fake)));
+        assertFalse(factory.isJob(address(rogue)), "not a factory job");
+        vm.expectRevert(abi.encodeWithSelector(NodeRegistry.NotAuthorizedSlasher.selector, address(rogue)));
+        vm.prank(address(rogue));
         registry.slash(worker, 1, outsider, "x");
     }
 

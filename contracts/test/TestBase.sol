@@ -6,24 +6,26 @@ pragma solidity 0.8.30;
 ///      fails at call time with an unknown-selector revert.
 interface Vm {
     function prank(address sender) external;
-    function startPrank(address sender) external;
-    function stopPrank() external;
     function deal(address account, uint256 newBalance) external;
     function warp(uint256 newTimestamp) external;
     function roll(uint256 newHeight) external;
     function prevrandao(bytes32 newPrevrandao) external;
-    function expectRevert() external;
     function expectRevert(bytes4 revertData) external;
     function expectRevert(bytes calldata revertData) external;
-    function expectEmit() external;
-    function expectEmit(address emitter) external;
-    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData) external;
-    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData, address emitter)
-        external;
-    function assume(bool condition) external pure;
+    function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData, address emitter) external;
     function label(address account, string calldata newLabel) external;
     function addr(uint256 privateKey) external pure returns (address);
     function cool(address target) external;
+    function lastCallGas() external view returns (Gas memory gas);
+}
+
+/// @notice Gas record of the last call, as forge's `lastCallGas` returns it.
+struct Gas {
+    uint64 gasLimit;
+    uint64 gasTotalUsed;
+    uint64 gasMemoryUsed;
+    int64 gasRefunded;
+    uint64 gasRemaining;
 }
 
 /// @notice A fuzz-selector target for invariant testing, as forge reads it from `targetSelectors()`.
@@ -44,12 +46,9 @@ abstract contract TestBase {
     bool public IS_TEST = true;
 
     event log_named_uint(string key, uint256 val);
-    event log_named_address(string key, address val);
-    event log_string(string val);
 
     address[] private _targetContracts;
     FuzzSelector[] private _targetSelectors;
-    address[] private _targetSenders;
 
     // ------------------------------------------------------------------ invariant hooks
 
@@ -63,21 +62,12 @@ abstract contract TestBase {
         return _targetSelectors;
     }
 
-    /// @notice Senders the invariant fuzzer uses (forge queries this selector; empty means random).
-    function targetSenders() public view returns (address[] memory) {
-        return _targetSenders;
-    }
-
     function targetContract(address target) internal {
         _targetContracts.push(target);
     }
 
     function targetSelector(FuzzSelector memory selector) internal {
         _targetSelectors.push(selector);
-    }
-
-    function targetSender(address sender) internal {
-        _targetSenders.push(sender);
     }
 
     // ------------------------------------------------------------------ helpers
@@ -99,68 +89,36 @@ abstract contract TestBase {
 
     // ------------------------------------------------------------------ asserts
 
-    function fail(string memory message) internal pure {
-        revert(message);
-    }
-
     function assertTrue(bool c, string memory message) internal pure {
         if (!c) revert(message);
-    }
-
-    function assertTrue(bool c) internal pure {
-        assertTrue(c, "assertTrue: false");
     }
 
     function assertFalse(bool c, string memory message) internal pure {
         if (c) revert(message);
     }
 
-    function assertFalse(bool c) internal pure {
-        assertFalse(c, "assertFalse: true");
-    }
-
     function assertEq(uint256 a, uint256 b, string memory message) internal pure {
         if (a != b) revert(string.concat(message, ": ", _u(a), " != ", _u(b)));
     }
 
-    function assertEq(uint256 a, uint256 b) internal pure {
-        assertEq(a, b, "assertEq(uint)");
-    }
-
     function assertEq(address a, address b, string memory message) internal pure {
-        if (a != b) revert(string.concat(message, ": ", _h(uint160(a)), " != ", _h(uint160(b))));
-    }
-
-    function assertEq(address a, address b) internal pure {
-        assertEq(a, b, "assertEq(address)");
+        if (a != b) revert(string.concat(message, ": ", _h(uint160(a), 20), " != ", _h(uint160(b), 20)));
     }
 
     function assertEq(bytes32 a, bytes32 b, string memory message) internal pure {
-        if (a != b) revert(string.concat(message, ": ", _h(uint256(a)), " != ", _h(uint256(b))));
-    }
-
-    function assertEq(bytes32 a, bytes32 b) internal pure {
-        assertEq(a, b, "assertEq(bytes32)");
+        if (a != b) revert(string.concat(message, ": ", _h(uint256(a), 32), " != ", _h(uint256(b), 32)));
     }
 
     function assertEq(bool a, bool b, string memory message) internal pure {
         if (a != b) revert(string.concat(message, a ? ": true != false" : ": false != true"));
     }
 
-    function assertEq(bool a, bool b) internal pure {
-        assertEq(a, b, "assertEq(bool)");
-    }
-
     function assertEq(bytes memory a, bytes memory b, string memory message) internal pure {
         if (keccak256(a) != keccak256(b)) revert(string.concat(message, ": bytes differ"));
     }
 
-    function assertEq(bytes memory a, bytes memory b) internal pure {
-        assertEq(a, b, "assertEq(bytes)");
-    }
-
     function assertNotEq(bytes32 a, bytes32 b, string memory message) internal pure {
-        if (a == b) revert(string.concat(message, ": both ", _h(uint256(a))));
+        if (a == b) revert(string.concat(message, ": both ", _h(uint256(a), 32)));
     }
 
     function assertNotEq(uint256 a, uint256 b, string memory message) internal pure {
@@ -188,17 +146,21 @@ abstract contract TestBase {
     function _u(uint256 v) private pure returns (string memory) {
         if (v == 0) return "0";
         uint256 len;
-        for (uint256 t = v; t != 0; t /= 10) ++len;
+        for (uint256 t = v; t != 0; t /= 10) {
+            ++len;
+        }
         bytes memory s = new bytes(len);
-        for (; v != 0; v /= 10) s[--len] = bytes1(uint8(48 + (v % 10)));
+        for (; v != 0; v /= 10) {
+            s[--len] = bytes1(uint8(48 + (v % 10)));
+        }
         return string(s);
     }
 
-    function _h(uint256 v) private pure returns (string memory) {
-        bytes memory s = new bytes(66);
+    function _h(uint256 v, uint256 byteLen) private pure returns (string memory) {
+        bytes memory s = new bytes(2 + 2 * byteLen);
         s[0] = "0";
         s[1] = "x";
-        for (uint256 i = 65; i > 1; --i) {
+        for (uint256 i = 1 + 2 * byteLen; i > 1; --i) {
             s[i] = bytes16("0123456789abcdef")[v & 0xf];
             v >>= 4;
         }

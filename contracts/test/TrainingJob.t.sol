@@ -6,6 +6,29 @@ import {NodeRegistry} from "../src/NodeRegistry.sol";
 import {TrainingJob} from "../src/TrainingJob.sol";
 import {JobSpec} from "../src/Interfaces.sol";
 
+/// @notice A contract account that acts through `exec` and refuses ether until told otherwise.
+contract Puppet {
+    bool public acceptEther;
+
+    function setAcceptEther(bool a) external {
+        acceptEther = a;
+    }
+
+    function exec(address target, uint256 value, bytes calldata data) external returns (bytes memory ret) {
+        bool ok;
+        (ok, ret) = target.call{value: value}(data);
+        if (!ok) {
+            assembly {
+                revert(add(ret, 32), mload(ret))
+            }
+        }
+    }
+
+    receive() external payable {
+        require(acceptEther, "no ether");
+    }
+}
+
 /// @title TrainingJobTest
 /// @notice The job's lease lifecycle: policy clock, claim/reclaim, submit, attest(Batch), lapse, challenge,
 ///         resolve, finalize, slashVoter, pull payments, close/refund and receive; plus fuzzed amounts and timing.
@@ -646,14 +669,10 @@ contract TrainingJobTest is Fixture {
 
     function test_challenge_revertsWrongBond() public {
         uint256 id = _decided(true);
-        vm.expectRevert(
-            abi.encodeWithSelector(TrainingJob.WrongBond.selector, s.challengeBond, s.challengeBond - 1)
-        );
+        vm.expectRevert(abi.encodeWithSelector(TrainingJob.WrongBond.selector, s.challengeBond, s.challengeBond - 1));
         vm.prank(worker2);
         job.challenge{value: s.challengeBond - 1}(id);
-        vm.expectRevert(
-            abi.encodeWithSelector(TrainingJob.WrongBond.selector, s.challengeBond, s.challengeBond + 1)
-        );
+        vm.expectRevert(abi.encodeWithSelector(TrainingJob.WrongBond.selector, s.challengeBond, s.challengeBond + 1));
         vm.prank(worker2);
         job.challenge{value: s.challengeBond + 1}(id);
     }
@@ -665,6 +684,14 @@ contract TrainingJobTest is Fixture {
         vm.expectRevert(abi.encodeWithSelector(TrainingJob.DeadlinePassed.selector, id, deadline));
         vm.prank(worker2);
         job.challenge{value: s.challengeBond}(id);
+    }
+
+    function test_challenge_revertsVoterCannotChallenge_ownDecision() public {
+        uint256 id = _decided(false);
+        vm.expectRevert(abi.encodeWithSelector(TrainingJob.VoterCannotChallenge.selector, id, v1));
+        vm.prank(v1);
+        job.challenge{value: s.challengeBond}(id);
+        assertEq(job.bondsHeld(), 0, "no bond taken");
     }
 
     function test_challenge_revertsNotActive_unstakedChallenger() public {
@@ -974,6 +1001,56 @@ contract TrainingJobTest is Fixture {
         vm.prank(worker);
         job.withdrawPayment();
         assertEq(job.totalOwed(), 0, "totalOwed");
+    }
+
+    // ================================================================== failed transfers
+
+    function test_withdrawPayment_revertsTransferFailed_keepsOwedForRetry() public {
+        Puppet p = new Puppet();
+        vm.deal(address(p), 10 ether);
+        p.exec(address(registry), STAKE, abi.encodeCall(NodeRegistry.join, (hex"0024c0de", WORKER)));
+        uint256 id = abi.decode(p.exec(address(job), 0, abi.encodeCall(TrainingJob.claim, ())), (uint256));
+        p.exec(address(job), 0, abi.encodeCall(TrainingJob.submit, (id, bytes32("r"), 0)));
+        _attest(job, v1, id, true);
+        _attest(job, v2, id, true);
+        vm.warp(uint256(_deadline(job, id)) + 1);
+        job.finalize(id);
+        vm.expectRevert(TrainingJob.TransferFailed.selector);
+        p.exec(address(job), 0, abi.encodeCall(TrainingJob.withdrawPayment, ()));
+        assertEq(job.owed(address(p)), cost, "still owed after the failed transfer");
+        p.setAcceptEther(true);
+        uint256 before = address(p).balance;
+        p.exec(address(job), 0, abi.encodeCall(TrainingJob.withdrawPayment, ()));
+        assertEq(address(p).balance, before + cost, "paid on retry");
+    }
+
+    function test_close_revertsTransferFailed_whenRequesterRejectsEther() public {
+        Puppet p = new Puppet();
+        vm.deal(address(p), 10 ether);
+        JobSpec memory spec_ = _spec();
+        TrainingJob j = TrainingJob(
+            payable(abi.decode(p.exec(address(factory), BUDGET, abi.encodeCall(factory.createJob, (spec_))), (address)))
+        );
+        vm.expectRevert(TrainingJob.TransferFailed.selector);
+        p.exec(address(j), 0, abi.encodeCall(TrainingJob.close, ()));
+        assertFalse(j.closed(), "close rolled back");
+        assertEq(j.escrow(), BUDGET, "escrow kept");
+    }
+
+    function test_slashVoter_revertsTransferFailed_whenChallengerRejectsEther() public {
+        Puppet p = new Puppet();
+        vm.deal(address(p), 10 ether);
+        p.exec(address(registry), STAKE, abi.encodeCall(NodeRegistry.join, (hex"0024c0de", WORKER)));
+        uint256 id = _decided(true);
+        p.exec(address(job), s.challengeBond, abi.encodeCall(TrainingJob.challenge, (id)));
+        vm.prank(arbiter);
+        job.resolve(id, false);
+        vm.expectRevert(NodeRegistry.TransferFailed.selector);
+        job.slashVoter(id, v1);
+        assertEq(_active(v1), STAKE, "slash rolled back");
+        p.setAcceptEther(true);
+        job.slashVoter(id, v1);
+        assertEq(address(p).balance, 10 ether - STAKE - s.challengeBond + s.slashAmount, "challenger paid");
     }
 
     // ================================================================== fuzz
