@@ -36,3 +36,19 @@ class ContractRevert(RollnetError):
 
 class TransactionTimeout(RollnetError):
     """A transaction was sent but no receipt arrived in time."""
+
+
+class DeltaError(RollnetError):
+    """A policy delta cannot be applied; the weights it was given are left exactly as they were."""
+
+
+class WrongBase(DeltaError):
+    """The delta was made against a different version than the one held."""
+
+
+class CorruptDelta(DeltaError):
+    """The delta's bytes are malformed, truncated or do not match their hashes."""
+
+
+class BadSignature(DeltaError):
+    """The delta is not signed by the expected trainer."""
