@@ -17,7 +17,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from rich.table import Table
-
 from rollnet.node.chain.anvil import start_anvil
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.deploy import deploy_market

@@ -12,8 +12,11 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, MutableMapping
+import functools
+from collections.abc import Generator, Iterator, Mapping, MutableMapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from eth_account.signers.local import LocalAccount
@@ -26,7 +29,6 @@ from rollnet.node.delta.container import (
     ContainerError,
     Delta,
     Trailer,
-    read_records,
     record,
     section_hash,
 )
@@ -44,7 +46,7 @@ from rollnet.node.delta.section import (
 from rollnet.node.errors import BadSignature, CorruptDelta, WrongBase
 
 
-def encode_stream(
+def _encode_sections(
     base: Mapping[str, torch.Tensor],
     target: Mapping[str, torch.Tensor],
     *,
@@ -54,33 +56,58 @@ def encode_stream(
     base_root: bytes | None = None,
     block_elements: int = BLOCK_ELEMENTS,
 ) -> Generator[bytes, None, Trailer]:
-    """Yield the delta's bytes record by record (magic, sections in name order, signed trailer).
-
-    The generator's return value is the trailer (its target root is the target's content root).
-    """
+    """Yield each tensor's section in name order; return the signed trailer."""
     if version <= base_version:
         raise ValueError(f"version {version} must be newer than base version {base_version}")
     if base_root is None:
         base_root = content_root(base)
     hashes: list[bytes] = []
     target_hashes: dict[str, bytes] = {}
-    yield MAGIC
     for name in sorted(set(base) | set(target)):
         section = encode_section(name, base.get(name), target.get(name), block_elements)
         header, _ = split_section(section)
         if header.kind is not Kind.REMOVED:
             target_hashes[name] = header.target_hash
         hashes.append(section_hash(section))
-        yield record(TAG_SECTION, section)
+        yield section
     trailer = Trailer(base_version, version, base_root, root_of_hashes(target_hashes), hashes)
     trailer.sign(signer)
+    return trailer
+
+
+def _drain(sections: Generator[bytes, None, Trailer]) -> Iterator[tuple[bytes | None, Trailer | None]]:
+    while True:
+        try:
+            yield next(sections), None
+        except StopIteration as done:
+            yield None, done.value
+            return
+
+
+def encode_stream(base: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor],
+                  **kwargs: Any) -> Generator[bytes, None, Trailer]:
+    """Yield the delta's bytes record by record: magic, each section as soon as it is encoded (tensors in
+    name order), then the signed trailer. Arguments as `encode`; the return value is the trailer."""
+    yield MAGIC
+    for section, trailer in _drain(_encode_sections(base, target, **kwargs)):
+        if trailer is None:
+            yield record(TAG_SECTION, section)
     yield record(TAG_TRAILER, trailer.pack())
     return trailer
 
 
-def encode(base: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], **kwargs: object) -> Delta:
-    """The whole delta in memory (see `encode_stream` for the arguments)."""
-    return read_records(encode_stream(base, target, **kwargs))  # type: ignore[arg-type]
+def encode(base: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], *, base_version: int,
+           version: int, signer: LocalAccount, base_root: bytes | None = None,
+           block_elements: int = BLOCK_ELEMENTS) -> Delta:
+    """The delta turning `base` (version `base_version`, root `base_root`, computed if None) into `target`
+    (version `version`), signed by the trainer's key."""
+    sections: list[bytes] = []
+    for section, trailer in _drain(_encode_sections(base, target, base_version=base_version, version=version,
+                                                    signer=signer, base_root=base_root,
+                                                    block_elements=block_elements)):
+        if trailer is None:
+            sections.append(section)
+    return Delta(sections, trailer)
 
 
 @dataclass(frozen=True)
@@ -88,6 +115,11 @@ class Applied:
     version: int
     root: bytes
     changed_elements: int
+
+
+@functools.cache
+def _hash_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="delta-hash")
 
 
 def parse(data: bytes | Delta) -> Delta:
@@ -106,7 +138,9 @@ def verify_header(delta: Delta, *, trainer: str, base_version: int, base_root: b
     except ContainerError as exc:
         raise BadSignature(f"delta {delta.base_version}->{delta.version}: {exc}") from None
     if signer != to_checksum_address(trainer):
-        raise BadSignature(f"delta {delta.base_version}->{delta.version} is signed by {signer}, not the trainer {trainer}")
+        raise BadSignature(
+            f"delta {delta.base_version}->{delta.version} is signed by {signer}, not the trainer {trainer}"
+        )
     if delta.base_version != base_version or delta.trailer.base_root != base_root:
         raise WrongBase(
             f"delta applies to version {delta.base_version} (root {delta.trailer.base_root.hex()[:16]}...), "
@@ -142,7 +176,9 @@ def apply(
 
     undos: list[tuple[torch.Tensor, Undo]] = []
     replaced: dict[str, torch.Tensor | None] = {}
-    applied_storage: dict[tuple, str] = {}
+    applied_storage: set[tuple] = set()
+    # Hashing tensor i (blake3, GIL released) overlaps with decoding tensor i+1.
+    pending_hashes: list[tuple[str, bytes, Future[bytes]]] = []
     changed = 0
     try:
         for header, payload in parsed:
@@ -152,12 +188,9 @@ def apply(
                 if key not in applied_storage:  # a tied tensor changes once, with its first name
                     undos.append((tensor, apply_section(header, payload, tensor)))
                     changed += header.changed
-                    applied_storage[key] = header.name
-                if tensor_hash(header.name, tensor) != header.target_hash:
-                    raise WrongBase(
-                        f"tensor {header.name!r} does not match the signed target after applying: "
-                        "the weights held are not the delta's base"
-                    )
+                    applied_storage.add(key)
+                pending_hashes.append((header.name, header.target_hash,
+                                       _hash_pool().submit(tensor_hash, header.name, tensor)))
             elif header.kind is Kind.FULL:
                 replaced[header.name] = base.get(header.name)
                 tensor = full_tensor(header, payload)
@@ -166,7 +199,16 @@ def apply(
                 base[header.name] = tensor
             else:
                 replaced[header.name] = base.pop(header.name)
+        for name, expected, future in pending_hashes:
+            if future.result() != expected:
+                raise WrongBase(
+                    f"tensor {name!r} does not match the signed target after applying: "
+                    "the weights held are not the delta's base"
+                )
     except (SectionError, WrongBase, CorruptDelta) as exc:
+        for _, _, future in pending_hashes:
+            future.cancel()
+        wait([future for _, _, future in pending_hashes])
         for tensor, undo in reversed(undos):
             restore(tensor, undo)
         for name, old in replaced.items():

@@ -2,7 +2,7 @@
 
 Byte format (little-endian):
   b"RNDELTA1"
-  record*:  u8 tag | u64 length | bytes        tag 1 = section (see section.py), tag 2 = trailer (last)
+  record*:  u8 tag | varint length | bytes     tag 1 = section (see section.py), tag 2 = trailer (last)
   trailer:  u64 base_version | u64 version | 32 base_root | 32 target_root | u32 n_sections
             | n_sections x 32-byte blake3 hash of each section's bytes, in record order
             | 65-byte Ethereum signature (r, s, v) of the digest
@@ -23,6 +23,7 @@ import blake3
 from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
+from rollnet.node.varint import read_varint, write_varint
 
 MAGIC = b"RNDELTA1"
 TAG_SECTION, TAG_TRAILER = 1, 2
@@ -40,7 +41,7 @@ def section_hash(section: bytes) -> bytes:
 
 
 def record(tag: int, body: bytes) -> bytes:
-    return struct.pack("<BQ", tag, len(body)) + body
+    return bytes([tag]) + write_varint(len(body)) + body
 
 
 @dataclass
@@ -137,16 +138,24 @@ def read_records(chunks: Iterable[bytes]) -> Delta:
                 raise ContainerError("not a rollnet delta (bad magic)")
             del buffer[:len(MAGIC)]
             started = True
-        while len(buffer) >= 9:
+        while buffer:
             if trailer is not None:
                 raise ContainerError("data after the trailer")
-            tag, length = struct.unpack_from("<BQ", buffer, 0)
-            if length > MAX_RECORD or tag not in (TAG_SECTION, TAG_TRAILER):
-                raise ContainerError(f"bad record (tag {tag}, length {length})")
-            if len(buffer) < 9 + length:
+            tag = buffer[0]
+            if tag not in (TAG_SECTION, TAG_TRAILER):
+                raise ContainerError(f"bad record tag {tag}")
+            try:
+                length, offset = read_varint(buffer, 1)
+            except ValueError as exc:
+                if "truncated" in str(exc):
+                    break
+                raise ContainerError(f"bad record length ({exc})") from None
+            if length > MAX_RECORD:
+                raise ContainerError(f"record of {length} bytes is too large")
+            if len(buffer) < offset + length:
                 break
-            body = bytes(buffer[9:9 + length])
-            del buffer[:9 + length]
+            body = bytes(buffer[offset:offset + length])
+            del buffer[:offset + length]
             if tag == TAG_SECTION:
                 sections.append(body)
             else:

@@ -10,13 +10,13 @@ Payload layout: see `encode_blocks`.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import constriction
 import numpy as np
 from rollnet.node.delta.logbins import ALPHABET, extra_counts_of, join, split
+from rollnet.node.varint import read_varint, write_varint
 
 CHUNK_BITS = 16
 _uniform_family = constriction.stream.model.Uniform()
@@ -108,8 +108,9 @@ def prepare_block(streams: list[np.ndarray]) -> PreparedBlock:
 def encode_prepared(blocks: list[PreparedBlock], n_streams: int) -> bytes:
     """Encode prepared blocks of `n_streams` equally long unsigned streams into one rANS payload.
 
-    Layout: u8 n_streams; per stream u16 nonzero_bins + (u8 symbol, u32 count) each, the histogram over
-    all blocks; u32 n_blocks, n_blocks x u32 block length; u32 word_count, word_count x u32 rANS words.
+    Layout (varints are unsigned LEB128): varint n_streams; per stream its histogram over all blocks
+    (varint nonzero bins, then per bin varint symbol gap and varint count); varint n_blocks, n_blocks x
+    varint block length; then the rANS words as little-endian u32 to the end of the payload.
     Blocks decode in order, one at a time (see `decode_blocks`).
     """
     histograms = [np.zeros(ALPHABET, dtype=np.int64) for _ in range(n_streams)]
@@ -121,14 +122,36 @@ def encode_prepared(blocks: list[PreparedBlock], n_streams: int) -> bytes:
     for block in reversed(blocks):
         _encode_streams(coder, block.streams, models)
     words = coder.get_compressed()
-    header = [struct.pack("<B", n_streams)]
+    header = [write_varint(n_streams)]
     for hist in histograms:
-        nonzero = np.flatnonzero(hist)
-        header.append(struct.pack("<H", len(nonzero)))
-        header.append(b"".join(struct.pack("<BI", int(s), int(hist[s])) for s in nonzero))
-    lengths = np.array([block.length for block in blocks], dtype="<u4")
-    header.append(struct.pack("<I", len(blocks)) + lengths.tobytes())
-    return b"".join(header) + struct.pack("<I", len(words)) + words.astype("<u4").tobytes()
+        header.append(_pack_histogram(hist))
+    header.append(write_varint(len(blocks)))
+    header.extend(write_varint(block.length) for block in blocks)
+    return b"".join(header) + words.astype("<u4").tobytes()
+
+
+def _pack_histogram(hist: np.ndarray) -> bytes:
+    """varint count of nonzero bins, then per bin: varint gap to the previous bin's symbol, varint count."""
+    nonzero = np.flatnonzero(hist)
+    out = [write_varint(len(nonzero))]
+    previous = -1
+    for symbol in nonzero.tolist():
+        out.append(write_varint(symbol - previous - 1) + write_varint(int(hist[symbol])))
+        previous = symbol
+    return b"".join(out)
+
+
+def _read_histogram(payload: bytes, offset: int) -> tuple[np.ndarray, int]:
+    hist = np.zeros(ALPHABET, dtype=np.int64)
+    count, offset = read_varint(payload, offset)
+    symbol = -1
+    for _ in range(count):
+        gap, offset = read_varint(payload, offset)
+        symbol += gap + 1
+        if symbol >= ALPHABET:
+            raise EntropyError("histogram symbol out of range")
+        hist[symbol], offset = read_varint(payload, offset)
+    return hist, offset
 
 
 def encode_blocks(blocks: list[list[np.ndarray]], n_streams: int) -> bytes:
@@ -139,28 +162,23 @@ def encode_blocks(blocks: list[list[np.ndarray]], n_streams: int) -> bytes:
 def decode_blocks(payload: bytes) -> Iterator[list[np.ndarray]]:
     """Yield each block's streams in order; raises EntropyError on a malformed payload."""
     try:
-        (n_streams,) = struct.unpack_from("<B", payload, 0)
-        offset = 1
+        n_streams, offset = read_varint(payload, 0)
         histograms = []
         for _ in range(n_streams):
-            (n_bins,) = struct.unpack_from("<H", payload, offset)
-            offset += 2
-            hist = np.zeros(ALPHABET, dtype=np.int64)
-            for _ in range(n_bins):
-                symbol, count = struct.unpack_from("<BI", payload, offset)
-                offset += 5
-                hist[symbol] = count
+            hist, offset = _read_histogram(payload, offset)
             histograms.append(hist)
-        (n_blocks,) = struct.unpack_from("<I", payload, offset)
-        offset += 4
-        lengths = np.frombuffer(payload, dtype="<u4", count=n_blocks, offset=offset).astype(np.int64)
-        offset += 4 * n_blocks
-        (n_words,) = struct.unpack_from("<I", payload, offset)
-        offset += 4
-        if offset + 4 * n_words != len(payload):
-            raise EntropyError("payload length does not match its word count")
-        words = np.frombuffer(payload, dtype="<u4", count=n_words, offset=offset).astype(np.uint32)
-    except (struct.error, ValueError) as exc:
+        n_blocks, offset = read_varint(payload, offset)
+        lengths_list = []
+        for _ in range(n_blocks):
+            length, offset = read_varint(payload, offset)
+            lengths_list.append(length)
+        lengths = np.array(lengths_list, dtype=np.int64)
+        if (len(payload) - offset) % 4:
+            raise EntropyError("the rANS words are not whole 32-bit words")
+        words = np.frombuffer(payload, dtype="<u4", offset=offset).astype(np.uint32)
+    except ValueError as exc:
+        if isinstance(exc, EntropyError):
+            raise
         raise EntropyError(f"truncated entropy payload ({exc})") from None
     total = int(lengths.sum())
     if any(int(h.sum()) != total for h in histograms):
@@ -183,7 +201,7 @@ def decode_blocks(payload: bytes) -> Iterator[list[np.ndarray]]:
                 counts = extra_counts_of(symbols)
                 sizes = _chunk_sizes(counts)
                 chunks = coder.decode(_uniform_family, sizes) if len(sizes) else np.zeros(0, np.int32)
-                streams.append(join(symbols, _rebuild_extra(chunks, counts)))
+                streams.append(join(symbols, _rebuild_extra(chunks, counts), counts))
             yield streams
     except (ValueError, RuntimeError, AssertionError) as exc:
         raise EntropyError(f"corrupt entropy payload ({exc})") from None

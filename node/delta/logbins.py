@@ -51,13 +51,13 @@ def extra_counts_of(symbols: np.ndarray) -> np.ndarray:
     return np.where(s < DIRECT, 0, (s - DIRECT) // (1 << SUB_BITS) + 5 - 1 - SUB_BITS)
 
 
-def join(symbols: np.ndarray, extra: np.ndarray) -> np.ndarray:
-    """Inverse of `split`."""
+def join(symbols: np.ndarray, extra: np.ndarray, counts: np.ndarray | None = None) -> np.ndarray:
+    """Inverse of `split` (`counts` = extra_counts_of(symbols), when the caller already has it)."""
     s = symbols.astype(np.int64)
+    if counts is None:
+        counts = extra_counts_of(symbols)
+    head = ((1 << SUB_BITS) | ((s - DIRECT) & ((1 << SUB_BITS) - 1))).astype(np.uint64)
+    joined = (head << counts.astype(np.uint64)) | extra.astype(np.uint64, copy=False)
     direct = s < DIRECT
-    count = extra_counts_of(symbols)
-    top = (s - DIRECT) % (1 << SUB_BITS)
-    head = ((1 << SUB_BITS) | top).astype(np.uint64)
-    shift = np.maximum(count, 0).astype(np.uint64)
-    joined = (head << shift) | extra.astype(np.uint64)
-    return np.where(direct, s.astype(np.uint64), joined)
+    joined[direct] = s[direct].astype(np.uint64)
+    return joined

@@ -1,8 +1,8 @@
 """One tensor's part of a delta (a section): how its target differs from its base, exactly.
 
-Section bytes: u32 header_len | header | payload, little-endian.
-  header: u8 kind | tensor header (u16 name_len, name, u8 dtype code, u8 ndim, ndim x u64 shape)
-          | 32-byte target tensor hash | u64 changed | u32 block_elements
+Section bytes: varint header_len | header | payload (varints are unsigned LEB128, see rollnet.node.varint).
+  header: u8 kind | varint name_len | name (utf-8) | u8 dtype code | varint ndim | ndim x varint dim
+          | 32-byte target tensor hash (see checkpoint.tensor_hash) | varint changed | varint block_elements
   kind SPARSE: payload is an entropy payload (see entropy.encode_blocks) with one block per
       `block_elements` elements of the flat tensor and two streams per block: positions (the first
       changed offset from the block start, then gap-1 between consecutive changes) and values
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-import struct
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import IntEnum
@@ -29,6 +28,7 @@ import torch
 import zstandard
 from rollnet.node.delta import entropy
 from rollnet.node.delta.bitcast import (
+    DTYPE_CODES,
     DTYPES_BY_CODE,
     FLOAT_DTYPES,
     apply_difference,
@@ -37,7 +37,8 @@ from rollnet.node.delta.bitcast import (
     from_ordered,
     to_ordered,
 )
-from rollnet.node.delta.checkpoint import tensor_hash, tensor_header
+from rollnet.node.delta.checkpoint import tensor_hash
+from rollnet.node.varint import read_varint, write_varint
 
 BLOCK_ELEMENTS = 1 << 20
 ZSTD_LEVEL = 3
@@ -64,28 +65,33 @@ class SectionHeader:
     block_elements: int
 
     def pack(self) -> bytes:
-        return (
-            struct.pack("<B", self.kind) + tensor_header(self.name, self.dtype, self.shape) + self.target_hash
-            + struct.pack("<QI", self.changed, self.block_elements)
-        )
+        name = self.name.encode()
+        return b"".join([
+            bytes([self.kind]), write_varint(len(name)), name, bytes([DTYPE_CODES[self.dtype]]),
+            write_varint(len(self.shape)), *(write_varint(d) for d in self.shape), self.target_hash,
+            write_varint(self.changed), write_varint(self.block_elements),
+        ])
 
     @classmethod
     def unpack(cls, data: bytes) -> SectionHeader:
         try:
             kind = Kind(data[0])
-            (name_len,) = struct.unpack_from("<H", data, 1)
-            offset = 3 + name_len
-            name = data[3:offset].decode()
-            dtype_code, ndim = struct.unpack_from("<BB", data, offset)
-            offset += 2
-            shape = struct.unpack_from(f"<{ndim}Q", data, offset)
-            offset += 8 * ndim
+            name_len, offset = read_varint(data, 1)
+            name = data[offset:offset + name_len].decode()
+            offset += name_len
+            dtype = DTYPES_BY_CODE[data[offset]]
+            ndim, offset = read_varint(data, offset + 1)
+            shape = []
+            for _ in range(ndim):
+                dim, offset = read_varint(data, offset)
+                shape.append(dim)
             target_hash = data[offset:offset + 32]
-            changed, block = struct.unpack_from("<QI", data, offset + 32)
-            if offset + 44 != len(data) or len(target_hash) != 32:
+            changed, offset = read_varint(data, offset + 32)
+            block, offset = read_varint(data, offset)
+            if offset != len(data) or len(target_hash) != 32:
                 raise SectionError("section header has the wrong length")
-            return cls(kind, name, DTYPES_BY_CODE[dtype_code], tuple(shape), target_hash, changed, block)
-        except (IndexError, KeyError, ValueError, struct.error, UnicodeDecodeError) as exc:
+            return cls(kind, name, dtype, tuple(shape), target_hash, changed, block)
+        except (IndexError, KeyError, ValueError, UnicodeDecodeError) as exc:
             if isinstance(exc, SectionError):
                 raise
             raise SectionError(f"malformed section header ({exc})") from None
@@ -93,16 +99,17 @@ class SectionHeader:
 
 def _pack(header: SectionHeader, payload: bytes) -> bytes:
     packed = header.pack()
-    return struct.pack("<I", len(packed)) + packed + payload
+    return write_varint(len(packed)) + packed + payload
 
 
 def split_section(section: bytes) -> tuple[SectionHeader, bytes]:
-    if len(section) < 4:
-        raise SectionError("truncated section")
-    (header_len,) = struct.unpack_from("<I", section, 0)
-    if 4 + header_len > len(section):
+    try:
+        header_len, offset = read_varint(section, 0)
+    except ValueError:
+        raise SectionError("truncated section") from None
+    if offset + header_len > len(section):
         raise SectionError("truncated section header")
-    return SectionHeader.unpack(section[4:4 + header_len]), section[4 + header_len:]
+    return SectionHeader.unpack(section[offset:offset + header_len]), section[offset + header_len:]
 
 
 def changed_positions(old: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -149,10 +156,14 @@ def _pool() -> ThreadPoolExecutor:
 
 @dataclass
 class Undo:
-    """What `apply_section` overwrote, to restore the base exactly."""
+    """What `apply_section` overwrote (per block: positions and old patterns), to restore the base exactly."""
 
-    positions: np.ndarray
-    old_values: np.ndarray
+    positions: list[np.ndarray]
+    old_values: list[np.ndarray]
+
+    @property
+    def count(self) -> int:
+        return sum(len(p) for p in self.positions)
 
 
 def apply_section(header: SectionHeader, payload: bytes, base: torch.Tensor) -> Undo:
@@ -161,49 +172,42 @@ def apply_section(header: SectionHeader, payload: bytes, base: torch.Tensor) -> 
         raise SectionError(f"section {header.name!r} is not sparse")
     if base.dtype != header.dtype or tuple(base.shape) != header.shape:
         raise SectionError(
-            f"tensor {header.name!r} is {base.dtype} {tuple(base.shape)}, the delta expects {header.dtype} {header.shape}"
+            f"tensor {header.name!r} is {base.dtype} {tuple(base.shape)}, "
+            f"the delta expects {header.dtype} {header.shape}"
         )
     bits = bits_of(base)
+    undo = Undo([], [])
     if header.changed == 0:
         if payload:
             raise SectionError(f"section {header.name!r} has a payload but no changes")
-        return Undo(np.zeros(0, np.int64), bits[:0].copy())
+        return undo
     if header.block_elements == 0:
         raise SectionError(f"section {header.name!r} has no block size")
     is_float = header.dtype in FLOAT_DTYPES
-    all_positions, all_old = [], []
     try:
-        blocks = entropy.decode_blocks(payload)
-        for index, (gaps, values) in enumerate(blocks):
+        for index, (gaps, values) in enumerate(entropy.decode_blocks(payload)):
             start = index * header.block_elements
             positions = np.cumsum(gaps.astype(np.int64) + 1) - 1
             if len(positions) and (positions[-1] >= header.block_elements or start + positions[-1] >= len(bits)):
                 raise SectionError(f"section {header.name!r} points outside the tensor")
             block = bits[start:start + header.block_elements]
             old = block[positions]
-            ordered = to_ordered(old, is_float)
-            block[positions] = from_ordered(apply_difference(ordered, values.astype(old.dtype)), is_float)
-            all_positions.append(positions + start)
-            all_old.append(old)
+            block[positions] = from_ordered(apply_difference(to_ordered(old, is_float), values.astype(old.dtype)),
+                                            is_float)
+            undo.positions.append(positions + start)
+            undo.old_values.append(old)
+        if undo.count != header.changed:
+            raise SectionError(f"section {header.name!r} lists {undo.count} changes, its header {header.changed}")
     except (entropy.EntropyError, SectionError) as exc:
-        undo = _undo_of(all_positions, all_old, bits)
         restore(base, undo)
         raise SectionError(str(exc)) from None
-    undo = _undo_of(all_positions, all_old, bits)
-    if len(undo.positions) != header.changed:
-        restore(base, undo)
-        raise SectionError(f"section {header.name!r} lists {len(undo.positions)} changes, its header {header.changed}")
     return undo
 
 
-def _undo_of(positions: list[np.ndarray], olds: list[np.ndarray], bits: np.ndarray) -> Undo:
-    if not positions:
-        return Undo(np.zeros(0, np.int64), bits[:0].copy())
-    return Undo(np.concatenate(positions), np.concatenate(olds))
-
-
 def restore(base: torch.Tensor, undo: Undo) -> None:
-    bits_of(base)[undo.positions] = undo.old_values
+    bits = bits_of(base)
+    for positions, old in zip(reversed(undo.positions), reversed(undo.old_values), strict=True):
+        bits[positions] = old
 
 
 def full_tensor(header: SectionHeader, payload: bytes) -> torch.Tensor:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 from eth_account.signers.local import LocalAccount
-
 from rollnet.node.delta.checkpoint import content_root, load_checkpoint, save_checkpoint
 from rollnet.node.delta.codec import apply, encode_stream, parse, verify_header
 from rollnet.node.errors import ConfigError, DeltaError
