@@ -46,16 +46,17 @@ def content_root(tensors: Mapping[str, torch.Tensor]) -> bytes:
 
 
 def save_checkpoint(path: Path, tensors: Mapping[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    """Write atomically; tied tensors are written once per name (safetensors refuses shared storage)."""
+    """Write atomically. Tied tensors (one storage, several names) are written once per name, as copies:
+    safetensors refuses shared storage, and loading gives every name its own tensor."""
+    seen: set[int] = set()
+    plain: dict[str, torch.Tensor] = {}
+    for name, tensor in sorted(tensors.items()):
+        pointer = tensor.untyped_storage().data_ptr()
+        plain[name] = tensor.detach().contiguous().clone() if pointer in seen else tensor.detach().contiguous()
+        seen.add(pointer)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    save_file({name: t.detach().contiguous().clone() if _shares_storage(name, t, tensors) else t.detach().contiguous()
-               for name, t in tensors.items()}, str(tmp), metadata=metadata)
+    save_file(plain, str(tmp), metadata=metadata)
     tmp.replace(path)
-
-
-def _shares_storage(name: str, tensor: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> bool:
-    pointer = tensor.untyped_storage().data_ptr()
-    return any(other != name and t.untyped_storage().data_ptr() == pointer for other, t in tensors.items())
 
 
 def load_checkpoint(path: Path) -> dict[str, torch.Tensor]:

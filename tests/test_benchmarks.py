@@ -1,0 +1,39 @@
+"""Every benchmark runs in its quick mode and writes the JSON it promises (numbers are not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+
+def run_bench(script: str, tmp_path: Path) -> dict:
+    out = tmp_path / f"{script}.json"
+    result = subprocess.run([sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--json", str(out)],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout
+    return json.loads(out.read_text())
+
+
+def test_delta_benchmark_quick(tmp_path: Path) -> None:
+    report = run_bench("delta", tmp_path)
+    assert report["encode_gbps"] > 0 and report["apply_gbps"] > 0
+    names = [row["name"] for row in report["inputs"]]
+    assert any(name.startswith("grpo-") for name in names) and any(name.startswith("synthetic-") for name in names)
+    for row in report["inputs"]:
+        assert {"change_fraction", "ratio_ours", "ratio_naive_sparse", "ratio_entropy_bound"} <= set(row)
+        assert 0 < row["change_fraction"] < 1
+        assert row["ratio_ours"] > row["ratio_naive_sparse"]  # the codec beats naive sparse everywhere
+        if row["name"].startswith("synthetic-"):  # i.i.d. changes: the order-0 bound is a true bound there
+            assert row["ratio_ours"] <= row["ratio_entropy_bound"] * 1.0001
+
+
+def test_gas_benchmark_quick(tmp_path: Path) -> None:
+    report = run_bench("gas", tmp_path)
+    rows = report["rows"]
+    assert [row["tasks_per_lease"] for row in rows] == [1, 8]
+    assert rows[1]["gas_per_accepted_sample"] < rows[0]["gas_per_accepted_sample"]
