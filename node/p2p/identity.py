@@ -31,6 +31,18 @@ def b58encode(data: bytes) -> str:
     return "1" * leading + out
 
 
+def b58decode(text: str) -> bytes:
+    number = 0
+    for char in text:
+        index = BASE58_ALPHABET.find(char)
+        if index < 0:
+            raise ValueError(f"invalid base58 character {char!r}")
+        number = number * 58 + index
+    body = number.to_bytes((number.bit_length() + 7) // 8, "big") if number else b""
+    leading = len(text) - len(text.lstrip("1"))
+    return b"\0" * leading + body
+
+
 def _marshal(key_type: int, data: bytes) -> bytes:
     """libp2p's protobuf {1: KeyType (varint), 2: Data (bytes)}, for data shorter than 128 bytes."""
     return bytes([0x08, key_type, 0x12, len(data)]) + data

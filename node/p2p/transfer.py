@@ -1,0 +1,239 @@
+"""The content-addressed transfer protocol: serve objects by root, fetch them from many providers.
+
+Protocol `/rollnet/object/1.0.0`, one request per stream, JSON request frame then binary response frames:
+  {"op": "manifest", "root": hex}         -> frame: status byte (0 ok, 1 missing, 2 busy) + manifest
+  {"op": "have", "root": hex}             -> frame: status byte + bitmap of verified chunks (bit i of byte i//8)
+  {"op": "chunks", "root": hex, "index": [i, ...]} -> per index a frame: status byte + u32 index + chunk
+Invariants: a server sends at most `max_uploads` chunk streams at once (the rest get "busy" and try
+elsewhere) and all its chunk bytes pass one token bucket; a fetcher writes only chunks that match the
+verified manifest, so a bad provider costs a retry elsewhere, never a corrupt object; chunks already on
+disk are never fetched again (resume); a peer holding part of an object serves that part (pipelining).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+from rollnet.node.p2p.framing import ByteStream, FrameError, read_frame, read_json, write_frame, write_json
+from rollnet.node.p2p.objects import Manifest, ObjectError, ObjectStore
+from rollnet.node.p2p.ratelimit import TokenBucket
+
+PROTOCOL = "/rollnet/object/1.0.0"
+OK, MISSING, BUSY = 0, 1, 2
+MAX_INDICES = 64
+MAX_MANIFEST = 12 + 32 * (1 << 16)
+log = logging.getLogger(__name__)
+
+OpenStream = Callable[[str], Awaitable[ByteStream]]
+
+
+def bitmap(indices: set[int], count: int) -> bytes:
+    out = bytearray((count + 7) // 8)
+    for i in indices:
+        out[i // 8] |= 1 << (i % 8)
+    return bytes(out)
+
+
+def from_bitmap(data: bytes, count: int) -> set[int]:
+    return {i for i in range(min(count, len(data) * 8)) if data[i // 8] >> (i % 8) & 1}
+
+
+class ObjectServer:
+    """Serves the objects (whole or partial) in a store."""
+
+    def __init__(self, store: ObjectStore, bucket: TokenBucket, max_uploads: int = 4):
+        self.store = store
+        self.bucket = bucket
+        self.max_uploads = max_uploads
+        self.active_uploads = 0
+        self.refused_busy = 0
+
+    async def handle(self, stream: ByteStream, remote: str) -> None:
+        request = await read_json(stream, timeout=10.0)
+        op, root_hex = request.get("op"), request.get("root")
+        try:
+            root = bytes.fromhex(root_hex) if isinstance(root_hex, str) else b""
+        except ValueError:
+            root = b""
+        manifest = self.store.manifest(root) if len(root) == 32 else None
+        if op not in ("manifest", "have", "chunks"):
+            raise FrameError(f"unknown op {op!r}")
+        if manifest is None:
+            await write_frame(stream, bytes([MISSING]))
+            return
+        if op == "manifest":
+            await write_frame(stream, bytes([OK]) + manifest.pack())
+        elif op == "have":
+            await write_frame(stream, bytes([OK]) + bitmap(self.store.have(root), manifest.chunk_count))
+        else:
+            await self._send_chunks(stream, root, request.get("index"), remote)
+
+    async def _send_chunks(self, stream: ByteStream, root: bytes, indices: object, remote: str) -> None:
+        if (not isinstance(indices, list) or len(indices) > MAX_INDICES
+                or not all(isinstance(i, int) for i in indices)):
+            raise FrameError("chunk request needs a list of at most 64 indices")
+        if self.active_uploads >= self.max_uploads:
+            self.refused_busy += 1
+            await write_frame(stream, bytes([BUSY]))
+            return
+        self.active_uploads += 1
+        try:
+            for index in indices:
+                data = await trio.to_thread.run_sync(self.store.read_chunk, root, index)
+                if data is None:
+                    await write_frame(stream, bytes([MISSING]) + struct.pack(">I", index))
+                    continue
+                await self.bucket.take(len(data))
+                await write_frame(stream, bytes([OK]) + struct.pack(">I", index) + data)
+        finally:
+            self.active_uploads -= 1
+
+
+@dataclass
+class ProviderState:
+    peer: str
+    have: set[int] = field(default_factory=set)
+    failures: int = 0
+    busy_until: float = 0.0
+
+
+@dataclass
+class FetchReport:
+    root: bytes
+    chunks_fetched: int
+    bytes_fetched: int
+    retries: int
+    by_provider: dict[str, int]
+
+
+class ObjectFetcher:
+    """Fetches an object by root from several providers at once into an ObjectStore."""
+
+    def __init__(self, store: ObjectStore, open_stream: OpenStream, *, per_provider: int = 2,
+                 batch: int = 4, max_failures: int = 3, timeout: float = 30.0):
+        self.store = store
+        self.open_stream = open_stream
+        self.per_provider = per_provider
+        self.batch = batch
+        self.max_failures = max_failures
+        self.timeout = timeout
+
+    async def _request(self, peer: str, request: dict) -> ByteStream:
+        stream = await self.open_stream(peer)
+        await write_json(stream, request)
+        return stream
+
+    @staticmethod
+    async def _close(stream: ByteStream | None) -> None:
+        if stream is not None:
+            with trio.move_on_after(1):
+                try:
+                    await stream.close()
+                except Exception:  # noqa: BLE001 - closing a dead stream is fine
+                    pass
+
+    async def manifest(self, root: bytes, providers: list[str]) -> Manifest:
+        known = self.store.manifest(root)
+        if known is not None:
+            return known
+        for peer in providers:
+            stream = None
+            try:
+                stream = await self._request(peer, {"op": "manifest", "root": root.hex()})
+                body = await read_frame(stream, MAX_MANIFEST + 1, self.timeout)
+                if body[:1] == bytes([OK]):
+                    return Manifest.unpack(body[1:], root)
+            except Exception as exc:  # noqa: BLE001 - any provider failure means: ask the next one
+                log.info("manifest of %s from %s failed: %s", root.hex()[:12], peer, exc)
+            finally:
+                await self._close(stream)
+        raise ObjectError(f"no provider served a valid manifest for {root.hex()[:16]}")
+
+    async def _have(self, state: ProviderState, root: bytes, count: int) -> None:
+        stream = None
+        try:
+            stream = await self._request(state.peer, {"op": "have", "root": root.hex()})
+            body = await read_frame(stream, 1 + (count + 7) // 8, self.timeout)
+            state.have = from_bitmap(body[1:], count) if body[:1] == bytes([OK]) else set()
+        except Exception as exc:  # noqa: BLE001 - any provider failure is a retry elsewhere
+            state.failures += 1
+            log.info("have-query to %s failed: %s", state.peer, exc)
+        finally:
+            await self._close(stream)
+
+    async def fetch(self, root: bytes, providers: list[str],
+                    progress: Callable[[int], None] | None = None) -> FetchReport:
+        """Fetch until the object is complete; raises ObjectError when every provider has failed."""
+        manifest = await self.manifest(root, providers)
+        self.store.begin(root, manifest)
+        states = [ProviderState(peer) for peer in dict.fromkeys(providers)]
+        report = FetchReport(root, 0, 0, 0, {})
+        in_flight: set[int] = set()
+        wake = trio.Event()
+
+        async def worker(state: ProviderState, indices: list[int]) -> None:
+            stream = None
+            try:
+                stream = await self._request(state.peer, {"op": "chunks", "root": root.hex(), "index": indices})
+                for _ in indices:
+                    body = await read_frame(stream, 5 + manifest.chunk_size, self.timeout)
+                    if body[:1] == bytes([BUSY]):
+                        state.busy_until = trio.current_time() + 0.05 * random.uniform(1, 3)
+                        return
+                    (index,) = struct.unpack(">I", body[1:5])
+                    if body[:1] != bytes([OK]) or index not in indices:
+                        state.have.discard(index)
+                        continue
+                    await trio.to_thread.run_sync(self.store.write_chunk, root, index, body[5:])
+                    report.chunks_fetched += 1
+                    report.bytes_fetched += len(body) - 5
+                    report.by_provider[state.peer] = report.by_provider.get(state.peer, 0) + 1
+                    in_flight.discard(index)
+                    if progress:
+                        progress(index)
+            except Exception as exc:  # noqa: BLE001 - a bad provider costs a retry, never the fetch
+                state.failures += 1
+                report.retries += 1
+                log.info("chunks from %s failed (%s); retrying elsewhere", state.peer, exc)
+            finally:
+                await self._close(stream)
+                in_flight.difference_update(indices)
+                active[state.peer] -= 1
+                wake.set()
+
+        active = {s.peer: 0 for s in states}
+        async with trio.open_nursery() as nursery:
+            last_refresh = -1.0
+            while not self.store.complete(root):
+                usable = [s for s in states if s.failures < self.max_failures]
+                if not usable:
+                    raise ObjectError(f"every provider failed for {root.hex()[:16]}")
+                now = trio.current_time()
+                if now - last_refresh > 0.25:
+                    async with trio.open_nursery() as queries:
+                        for state in usable:
+                            queries.start_soon(self._have, state, root, manifest.chunk_count)
+                    last_refresh = trio.current_time()
+                missing = [i for i in range(manifest.chunk_count) if i not in self.store.have(root)
+                           and i not in in_flight]
+                # Rarest chunks first, so providers' holdings diverge and everyone has something to serve.
+                rarity = {i: sum(i in s.have for s in usable) for i in missing}
+                random.shuffle(missing)
+                missing.sort(key=lambda i: rarity[i])
+                for state in sorted(usable, key=lambda s: active[s.peer]):
+                    while active[state.peer] < self.per_provider and state.busy_until <= now:
+                        pick = [i for i in missing if i in state.have and i not in in_flight][: self.batch]
+                        if not pick:
+                            break
+                        in_flight.update(pick)
+                        active[state.peer] += 1
+                        nursery.start_soon(worker, state, pick)
+                wake = trio.Event()
+                with trio.move_on_after(0.05):
+                    await wake.wait()
+        return report
