@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class ObjectStore:
         folder.mkdir(parents=True, exist_ok=True)
         self._manifests: dict[bytes, Manifest] = {}
         self._have: dict[bytes, set[int]] = {}
+        self._lock = threading.Lock()  # fetch workers write chunks from several threads
         for entry in folder.iterdir():
             if entry.is_dir() and (entry / "manifest").exists():
                 root = bytes.fromhex(entry.name)
@@ -119,20 +121,23 @@ class ObjectStore:
         self._save_have(root)
 
     def _save_have(self, root: bytes) -> None:
-        path = self._dir(root) / "have.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(sorted(self._have[root])))
-        os.replace(tmp, path)
+        with self._lock:
+            path = self._dir(root) / "have.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(sorted(self._have[root])))
+            os.replace(tmp, path)
 
     def manifest(self, root: bytes) -> Manifest | None:
         return self._manifests.get(root)
 
     def have(self, root: bytes) -> set[int]:
-        return set(self._have.get(root, ()))
+        with self._lock:
+            return set(self._have.get(root, ()))
 
     def complete(self, root: bytes) -> bool:
         manifest = self._manifests.get(root)
-        return manifest is not None and len(self._have[root]) == manifest.chunk_count
+        with self._lock:
+            return manifest is not None and len(self._have[root]) == manifest.chunk_count
 
     def write_chunk(self, root: bytes, index: int, data: bytes) -> None:
         """Verify and store one chunk; raises ObjectError on a bad chunk (nothing is written)."""
@@ -144,7 +149,8 @@ class ObjectStore:
         with open(self._dir(root) / "data", "r+b") as handle:
             handle.seek(index * manifest.chunk_size)
             handle.write(data)
-        self._have[root].add(index)
+        with self._lock:
+            self._have[root].add(index)
         self._save_have(root)
 
     def read_chunk(self, root: bytes, index: int) -> bytes | None:

@@ -207,12 +207,15 @@ class ObjectFetcher:
                 wake.set()
 
         active = {s.peer: 0 for s in states}
+        failed = False
         async with trio.open_nursery() as nursery:
             last_refresh = -1.0
             while not self.store.complete(root):
                 usable = [s for s in states if s.failures < self.max_failures]
                 if not usable:
-                    raise ObjectError(f"every provider failed for {root.hex()[:16]}")
+                    failed = True
+                    nursery.cancel_scope.cancel()
+                    break
                 now = trio.current_time()
                 if now - last_refresh > 0.25:
                     async with trio.open_nursery() as queries:
@@ -225,15 +228,23 @@ class ObjectFetcher:
                 rarity = {i: sum(i in s.have for s in usable) for i in missing}
                 random.shuffle(missing)
                 missing.sort(key=lambda i: rarity[i])
-                for state in sorted(usable, key=lambda s: active[s.peer]):
-                    while active[state.peer] < self.per_provider and state.busy_until <= now:
-                        pick = [i for i in missing if i in state.have and i not in in_flight][: self.batch]
-                        if not pick:
-                            break
-                        in_flight.update(pick)
-                        active[state.peer] += 1
-                        nursery.start_soon(worker, state, pick)
+                # Round-robin over providers with free slots, in batches small enough to spread the work.
+                share = max(1, -(-len(missing) // max(1, len(usable))))
+                assigned = True
+                while assigned:
+                    assigned = False
+                    for state in sorted(usable, key=lambda s: active[s.peer]):
+                        if active[state.peer] >= self.per_provider or state.busy_until > now:
+                            continue
+                        pick = [i for i in missing if i in state.have and i not in in_flight][: min(self.batch, share)]
+                        if pick:
+                            in_flight.update(pick)
+                            active[state.peer] += 1
+                            nursery.start_soon(worker, state, pick)
+                            assigned = True
                 wake = trio.Event()
                 with trio.move_on_after(0.05):
                     await wake.wait()
+        if failed:
+            raise ObjectError(f"every provider failed for {root.hex()[:16]}")
         return report

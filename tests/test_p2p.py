@@ -1,0 +1,249 @@
+"""rollnet.node.p2p with real libp2p hosts on 127.0.0.1 (Noise + yamux) and, for the gate, a real anvil."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+from conftest import ETH, client_for
+from rollnet.node.chain.anvil import AnvilProcess
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.config import Deployment
+from rollnet.node.keys import dev_account
+from rollnet.node.p2p.envelopes import EnvelopeError, Have, ReplayGuard, open_envelope, seal
+from rollnet.node.p2p.framing import write_json
+from rollnet.node.p2p.gate import PeerGate
+from rollnet.node.p2p.host import P2PNode, topics
+from rollnet.node.p2p.identity import load_or_create_identity
+from rollnet.node.p2p.objects import ObjectError, ObjectStore, object_root
+from rollnet.node.p2p.transfer import PROTOCOL
+
+JOB = dev_account(19).address
+
+
+class Swarm:
+    """Starts nodes in temporary data dirs and stops them all at the end."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.nodes: list[P2PNode] = []
+
+    def node(self, name: str, **options: object) -> P2PNode:
+        data_dir = self.folder / name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        options.setdefault("gate", None)
+        node = P2PNode(load_or_create_identity(data_dir), ObjectStore(data_dir / "objects"), **options).start()
+        self.nodes.append(node)
+        return node
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+@pytest.fixture
+def swarm(tmp_path: Path) -> Iterator[Swarm]:
+    group = Swarm(tmp_path)
+    yield group
+    group.stop()
+
+
+def test_host_answers_as_the_registered_identity(swarm: Swarm) -> None:
+    node = swarm.node("a")
+    assert node.addr.startswith("/ip4/127.0.0.1/tcp/") and node.addr.endswith(f"/p2p/{node.peer_id}")
+    assert node.host.get_id().to_base58() == node.peer_id == node.identity.peer_id
+    assert (swarm.folder / "a" / "p2p-identity.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_fetch_from_several_providers_and_resume(swarm: Swarm) -> None:
+    seed, helper, fetcher = swarm.node("seed"), swarm.node("helper"), swarm.node("fetcher")
+    fetcher.connect([seed.addr, helper.addr])
+    data = os.urandom(6 * (1 << 20) + 5)
+    root = seed.store.put(data)
+    helper.store.put(data)
+    report = fetcher.fetch(root, [seed.peer_id, helper.peer_id])
+    assert fetcher.store.read(root) == data and report.chunks_fetched == 7
+    assert set(report.by_provider) == {seed.peer_id, helper.peer_id}
+    # resume: a store that already holds some chunks fetches only the rest
+    late = swarm.node("late")
+    late.connect([seed.addr])
+    manifest = seed.store.manifest(root)
+    late.store.begin(root, manifest)
+    for index in (0, 1, 2):
+        late.store.write_chunk(root, index, seed.store.read_chunk(root, index))
+    assert late.fetch(root, [seed.peer_id]).chunks_fetched == 4 and late.store.read(root) == data
+
+
+def test_a_corrupt_provider_costs_a_retry_never_a_corrupt_object(swarm: Swarm) -> None:
+    honest, liar, fetcher = swarm.node("honest"), swarm.node("liar"), swarm.node("fetcher")
+    fetcher.connect([honest.addr, liar.addr])
+    data = os.urandom(4 * (1 << 20))
+    root = honest.store.put(data)
+    liar.store.put(data)
+    with open(liar.store.folder / root.hex() / "data", "r+b") as handle:  # flip bits behind its own back
+        handle.write(b"\xff" * 64)
+        handle.seek(3 << 20)
+        handle.write(b"\x00" * 64)
+    report = fetcher.fetch(root, [liar.peer_id, honest.peer_id])
+    assert fetcher.store.read(root) == data
+    assert report.retries >= 1
+
+
+def test_a_provider_that_dies_mid_transfer_is_replaced(swarm: Swarm) -> None:
+    slow = swarm.node("slow", upload_rate=2e6)
+    backup, fetcher = swarm.node("backup"), swarm.node("fetcher")
+    fetcher.connect([slow.addr, backup.addr])
+    data = os.urandom(8 * (1 << 20))
+    root = slow.store.put(data)
+    threading.Timer(0.8, slow.stop).start()
+    with pytest.raises(ObjectError):
+        fetcher.fetch(root, [slow.peer_id], timeout=5.0)
+    fetched_before = len(fetcher.store.have(root))
+    assert 0 < fetched_before < 8
+    backup.store.put(data)
+    report = fetcher.fetch(root, [slow.peer_id, backup.peer_id], timeout=5.0)
+    assert fetcher.store.read(root) == data and report.chunks_fetched == 8 - fetched_before
+
+
+def test_unregistered_peers_are_refused_until_they_stake(swarm: Swarm, market: Deployment, anvil: AnvilProcess,
+                                                         tmp_path: Path) -> None:
+    registry = RegistryClient(client_for(anvil, 0), market.registry)
+    gate = PeerGate(registry, ttl=30.0, deny_ttl=0.0)
+    server = swarm.node("server", gate=gate)
+    stranger = swarm.node("stranger")
+    stranger.connect([server.addr])
+    root = server.store.put(b"policy delta bytes" * 1000)
+    with pytest.raises(ObjectError, match="no provider served a valid manifest"):
+        stranger.fetch(root, [server.peer_id])
+    assert server.stats.refused["object:peer id not registered"] >= 1
+    RegistryClient(client_for(anvil, 4), market.registry).join(stranger.identity.peer_id_bytes, Role.WORKER, ETH)
+    stranger.fetch(root, [server.peer_id])
+    assert stranger.store.read(root) == b"policy delta bytes" * 1000
+    lookups = gate.lookups
+    for _ in range(5):
+        stranger.fetch(root, [server.peer_id])
+    assert gate.lookups == lookups  # admissions are cached
+
+
+def test_rollout_push_reaches_trainer_and_validators(swarm: Swarm) -> None:
+    received: list[tuple[str, bytes]] = []
+    lock = threading.Lock()
+
+    def on_push(root: bytes, data: bytes, sender: str) -> None:
+        with lock:
+            received.append((sender, root))
+
+    trainer, validator = swarm.node("trainer", on_push=on_push), swarm.node("validator", on_push=on_push)
+    worker = swarm.node("worker")
+    worker.connect([trainer.addr, validator.addr])
+    batch = json.dumps({"samples": list(range(5000))}).encode()
+    roots = {worker.push(peer, batch) for peer in (trainer.peer_id, validator.peer_id)}
+    assert roots == {object_root(batch)}
+    assert sorted(received) == sorted([(worker.peer_id, object_root(batch))] * 2)
+    assert trainer.store.read(object_root(batch)) == batch
+
+
+async def _raw(node: P2PNode, peer: str, payload: bytes, protocol: str = PROTOCOL) -> None:
+    stream = await node.open_stream(peer, protocol)
+    try:
+        await stream.write(payload)
+        with trio.move_on_after(2):
+            await stream.read(10)
+    except Exception:  # noqa: BLE001 - the server is expected to reset us
+        pass
+
+
+def test_misbehaving_peers_are_refused_and_others_still_served(swarm: Swarm) -> None:
+    server = swarm.node("server")
+    bad, good = swarm.node("bad"), swarm.node("good")
+    bad.connect([server.addr])
+    good.connect([server.addr])
+    root = server.store.put(os.urandom(3 * (1 << 20)))
+    bad.call(_raw, bad, server.peer_id, struct.pack(">I", 1 << 30))  # a frame claiming 1 GiB
+    bad.call(_raw, bad, server.peer_id, struct.pack(">I", 5) + b"{nope")  # malformed JSON
+    launch = json.dumps({"op": "launch", "root": root.hex()}).encode()
+    bad.call(_raw, bad, server.peer_id, struct.pack(">I", len(launch)) + launch)  # unknown op
+    with pytest.raises(Exception):  # noqa: B017 - an unknown protocol is refused at negotiation
+        bad.call(bad.open_stream, server.peer_id, "/rollnet/unknown/1.0.0")
+
+    async def flood() -> None:
+        async def one() -> None:
+            try:
+                stream = await bad.open_stream(server.peer_id)
+                await write_json(stream, {"op": "manifest", "root": root.hex()})
+                await stream.close()
+            except Exception:  # noqa: BLE001 - refusals are the point
+                pass
+
+        for _ in range(10):
+            async with trio.open_nursery() as nursery:
+                for _ in range(100):
+                    nursery.start_soon(one)
+
+    bad.call(flood)  # 1,000 requests
+    refused = sum(server.stats.refused.values())
+    assert refused >= 3
+    report = good.fetch(root, [server.peer_id])
+    assert report.chunks_fetched == 3
+
+
+def test_a_slow_reader_does_not_block_other_downloads(swarm: Swarm) -> None:
+    server = swarm.node("server")
+    slow, good = swarm.node("slow"), swarm.node("good")
+    slow.connect([server.addr])
+    good.connect([server.addr])
+    data = os.urandom(16 * (1 << 20))
+    root = server.store.put(data)
+
+    async def request_and_never_read() -> None:
+        stream = await slow.open_stream(server.peer_id)
+        await write_json(stream, {"op": "chunks", "root": root.hex(), "index": list(range(16))})
+
+    slow.call(request_and_never_read)
+    started = time.monotonic()
+    good.fetch(root, [server.peer_id])
+    assert good.store.read(root) == data and time.monotonic() - started < 20
+
+
+def test_gossip_delivers_signed_envelopes_and_drops_forgeries_and_replays(swarm: Swarm) -> None:
+    a, b = swarm.node("a"), swarm.node("b")
+    b.connect([a.addr])
+    topic = topics(JOB)["have"]
+    for node in (a, b):
+        node.subscribe(topic)
+    time.sleep(1.5)  # one heartbeat: the mesh forms
+    signer = dev_account(3)
+    body = Have(job=JOB, nonce=1, timestamp=time.time(), peer_id=a.peer_id, root="ab" * 32, complete=True)
+    message = seal(body, signer)
+    a.publish(topic, message)
+    a.publish(topic, message)  # a replay: same signer, kind and nonce
+    forged = json.loads(message)
+    forged["body"]["complete"] = False
+    a.publish(topic, json.dumps(forged).encode())
+    received = b.gossip_inbox.get(timeout=5)
+    assert received.origin == a.peer_id and open_envelope(received.data)[1] == body
+    time.sleep(1.0)
+    assert b.gossip_inbox.empty()
+
+
+def test_envelope_checks() -> None:
+    signer = dev_account(2)
+    body = Have(job=JOB, nonce=7, timestamp=time.time(), peer_id="12D3KooWxyz1234", root="cd" * 32, complete=False)
+    envelope, parsed = open_envelope(seal(body, signer))
+    assert parsed == body and envelope.signer == signer.address
+    with pytest.raises(EnvelopeError, match="exceeds"):
+        open_envelope(b"{" + b" " * 20_000 + b"}")
+    with pytest.raises(EnvelopeError, match="malformed"):
+        open_envelope(b'{"kind": "have", "body": {}, "signer": "0x0", "signature": "0x00"}')
+    guard = ReplayGuard(window=60)
+    assert guard.admit(envelope, parsed) and not guard.admit(envelope, parsed)
+    old = Have(job=JOB, nonce=8, timestamp=time.time() - 3600, peer_id="12D3KooWxyz1234", root="cd" * 32,
+               complete=False)
+    assert not guard.admit(*open_envelope(seal(old, signer)))
