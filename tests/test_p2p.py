@@ -102,7 +102,13 @@ def test_a_provider_that_dies_mid_transfer_is_replaced(swarm: Swarm) -> None:
     fetcher.connect([slow.addr, backup.addr])
     data = os.urandom(8 * (1 << 20))
     root = slow.store.put(data)
-    threading.Timer(0.8, slow.stop).start()
+    def kill_after_two_chunks() -> None:
+        deadline = time.monotonic() + 20
+        while len(fetcher.store.have(root)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        slow.stop()
+
+    threading.Thread(target=kill_after_two_chunks).start()
     with pytest.raises(ObjectError):
         fetcher.fetch(root, [slow.peer_id], timeout=5.0)
     fetched_before = len(fetcher.store.have(root))
@@ -247,3 +253,30 @@ def test_envelope_checks() -> None:
     old = Have(job=JOB, nonce=8, timestamp=time.time() - 3600, peer_id="12D3KooWxyz1234", root="cd" * 32,
                complete=False)
     assert not guard.admit(*open_envelope(seal(old, signer)))
+
+
+def test_job_authorizer_checks_trainer_registry_and_validators(market: Deployment, anvil: AnvilProcess) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from rollnet.node.p2p.authorize import JobAuthorizer
+    from rollnet.node.p2p.envelopes import PolicyAnnouncement, Verdict
+    from rollnet.node.p2p.identity import PeerIdentity
+
+    trainer, worker, validator = dev_account(0), dev_account(5), dev_account(6)
+    worker_peer = PeerIdentity(Ed25519PrivateKey.generate())
+    RegistryClient(client_for(anvil, 5), market.registry).join(worker_peer.peer_id_bytes, Role.WORKER, ETH)
+    RegistryClient(client_for(anvil, 6), market.registry).join(b"validator-peer", Role.VALIDATOR, 5 * ETH)
+    authorize = JobAuthorizer(JOB, trainer.address, RegistryClient(client_for(anvil, 0), market.registry))
+    now = time.time()
+    policy = PolicyAnnouncement(job=JOB, nonce=1, timestamp=now, version=3, base_version=2, target_root="aa" * 32,
+                                delta_root="bb" * 32, delta_size=100)
+    assert authorize(*open_envelope(seal(policy, trainer)))
+    assert not authorize(*open_envelope(seal(policy, worker)))  # only the trainer announces policies
+    have = Have(job=JOB, nonce=2, timestamp=now, peer_id=worker_peer.peer_id, root="cc" * 32, complete=True)
+    assert authorize(*open_envelope(seal(have, worker)))
+    assert not authorize(*open_envelope(seal(have, validator)))  # cannot advertise someone else's peer
+    verdict = Verdict(job=JOB, nonce=3, timestamp=now, lease_id=1, batch_root="dd" * 32, accept=True, reason="ok")
+    assert authorize(*open_envelope(seal(verdict, validator)))
+    assert not authorize(*open_envelope(seal(verdict, worker)))  # workers do not vote
+    other_job = Verdict(job=dev_account(18).address, nonce=4, timestamp=now, lease_id=1, batch_root="dd" * 32,
+                        accept=True, reason="ok")
+    assert not authorize(*open_envelope(seal(other_job, validator)))

@@ -290,13 +290,14 @@ class P2PNode:
         self.call(send)
         return root
 
-    def subscribe(self, topic: str) -> None:
-        """Receive verified, de-duplicated envelopes of `topic` into `gossip_inbox`."""
+    def subscribe(self, topic: str, authorize: Callable[[Any, Any], bool] | None = None) -> None:
+        """Receive verified, de-duplicated envelopes of `topic` into `gossip_inbox`; with `authorize`
+        (see authorize.JobAuthorizer) only those whose signer may say that."""
 
         async def run() -> None:
             self.pubsub.set_topic_validator(topic, self._validate, False)
             subscription = await self.pubsub.subscribe(topic)
-            self.nursery.start_soon(self._drain, topic, subscription)
+            self.nursery.start_soon(self._drain, topic, subscription, authorize)
 
         self.call(run)
 
@@ -308,13 +309,16 @@ class P2PNode:
             self.stats.gossip_dropped[str(exc)[:40]] += 1
             return False
 
-    async def _drain(self, topic: str, subscription: Any) -> None:
+    async def _drain(self, topic: str, subscription: Any, authorize: Callable[[Any, Any], bool] | None) -> None:
         while True:
             message = await subscription.get()
             try:
                 envelope, body = open_envelope(message.data)
             except EnvelopeError:
                 self.stats.gossip_dropped["invalid"] += 1
+                continue
+            if authorize is not None and not await trio.to_thread.run_sync(authorize, envelope, body):
+                self.stats.gossip_dropped["unauthorized"] += 1
                 continue
             if not self._replay.admit(envelope, body):
                 self.stats.gossip_dropped["replay"] += 1

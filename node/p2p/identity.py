@@ -71,6 +71,7 @@ class PeerIdentity:
 
 
 def load_or_create_identity(data_dir: Path) -> PeerIdentity:
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = data_dir / IDENTITY_FILE
     if path.exists():
         raw = path.read_bytes()

@@ -115,13 +115,14 @@ class ObjectFetcher:
     """Fetches an object by root from several providers at once into an ObjectStore."""
 
     def __init__(self, store: ObjectStore, open_stream: OpenStream, *, per_provider: int = 2,
-                 batch: int = 4, max_failures: int = 3, timeout: float = 30.0):
+                 batch: int = 4, max_failures: int = 3, timeout: float = 30.0, refresh: float = 0.2):
         self.store = store
         self.open_stream = open_stream
         self.per_provider = per_provider
         self.batch = batch
         self.max_failures = max_failures
         self.timeout = timeout
+        self.refresh = refresh
 
     async def _request(self, peer: str, request: dict) -> ByteStream:
         stream = await self.open_stream(peer)
@@ -217,10 +218,11 @@ class ObjectFetcher:
                     nursery.cancel_scope.cancel()
                     break
                 now = trio.current_time()
-                if now - last_refresh > 0.25:
+                if now - last_refresh > self.refresh:
                     async with trio.open_nursery() as queries:
                         for state in usable:
-                            queries.start_soon(self._have, state, root, manifest.chunk_count)
+                            if len(state.have) < manifest.chunk_count:  # a complete provider stays complete
+                                queries.start_soon(self._have, state, root, manifest.chunk_count)
                     last_refresh = trio.current_time()
                 missing = [i for i in range(manifest.chunk_count) if i not in self.store.have(root)
                            and i not in in_flight]
