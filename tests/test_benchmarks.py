@@ -37,3 +37,11 @@ def test_gas_benchmark_quick(tmp_path: Path) -> None:
     rows = report["rows"]
     assert [row["tasks_per_lease"] for row in rows] == [1, 8]
     assert rows[1]["gas_per_accepted_sample"] < rows[0]["gas_per_accepted_sample"]
+
+
+def test_broadcast_benchmark_quick(tmp_path: Path) -> None:
+    report = run_bench("broadcast", tmp_path)
+    assert [run["n"] for run in report["runs"]] == [2, 4]
+    for run in report["runs"]:
+        assert run["star_s"] > 0 and run["swarm_s"] > 0 and run["bound_s"] > 0
+    assert report["single_transfer_mb_s"] > 0 and report["raw_tcp_mb_s"] > 0

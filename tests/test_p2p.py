@@ -280,3 +280,70 @@ def test_job_authorizer_checks_trainer_registry_and_validators(market: Deploymen
     other_job = Verdict(job=dev_account(18).address, nonce=4, timestamp=now, lease_id=1, batch_root="dd" * 32,
                         accept=True, reason="ok")
     assert not authorize(*open_envelope(seal(other_job, validator)))
+
+
+def test_policy_broadcast_over_gossip_uses_the_trainers_uplink_about_once(
+    swarm: Swarm, market: Deployment, anvil: AnvilProcess
+) -> None:
+    """The trainer seeds a delta and announces it; workers learn providers from `have` gossip and fetch
+    from each other, so the trainer uploads each chunk far fewer than once per worker."""
+    from rollnet.node.p2p.authorize import JobAuthorizer
+    from rollnet.node.p2p.directory import ProviderDirectory
+    from rollnet.node.p2p.envelopes import PolicyAnnouncement
+
+    trainer_key = dev_account(0)
+    registry = RegistryClient(client_for(anvil, 0), market.registry)
+    trainer = swarm.node("trainer", upload_rate=8e6)
+    workers = [swarm.node(f"worker{i}", upload_rate=8e6) for i in range(3)]
+    keys = [dev_account(10 + i) for i in range(3)]
+    registry.join(trainer.identity.peer_id_bytes, Role.WORKER, ETH)  # the trainer's own peer id, announced too
+    for index, worker in enumerate(workers):
+        RegistryClient(client_for(anvil, 10 + index), market.registry).join(worker.identity.peer_id_bytes,
+                                                                           Role.WORKER, ETH)
+        worker.connect([trainer.addr] + [w.addr for w in workers[:index]])
+    names = topics(JOB)
+    authorize = JobAuthorizer(JOB, trainer_key.address, registry)
+    for node in [trainer, *workers]:
+        node.subscribe(names["policy"], authorize)
+        node.subscribe(names["have"], authorize)
+    time.sleep(1.5)
+
+    delta = os.urandom(12 * (1 << 20))
+    root = trainer.store.put(delta)
+    nonce = iter(range(100, 1000))
+    trainer.publish(names["have"], seal(Have(job=JOB, nonce=next(nonce), timestamp=time.time(),
+                                             peer_id=trainer.peer_id, root=root.hex(), complete=True), trainer_key))
+    trainer.publish(names["policy"], seal(PolicyAnnouncement(
+        job=JOB, nonce=next(nonce), timestamp=time.time(), version=1, base_version=0, target_root="ee" * 32,
+        delta_root=root.hex(), delta_size=len(delta)), trainer_key))
+
+    def run_worker(worker: P2PNode, key: object) -> None:
+        directory = ProviderDirectory()
+        announced = None
+        while announced is None:
+            message = worker.gossip_inbox.get(timeout=10)
+            _, body = open_envelope(message.data)
+            if isinstance(body, Have):
+                directory.observe(body)
+            elif isinstance(body, PolicyAnnouncement):
+                announced = bytes.fromhex(body.delta_root)
+        # Announce the partial holding at once, so the others can fetch pieces from us while we fetch.
+        worker.publish(names["have"], seal(Have(job=JOB, nonce=int(time.time() * 1000) % 10**9,
+                                                timestamp=time.time(), peer_id=worker.peer_id,
+                                                root=announced.hex(), complete=False), key))
+        time.sleep(0.3)
+        while not worker.gossip_inbox.empty():
+            _, body = open_envelope(worker.gossip_inbox.get().data)
+            if isinstance(body, Have):
+                directory.observe(body)
+        worker.fetch(announced, directory.providers(announced) + [trainer.peer_id])
+
+    threads = [threading.Thread(target=run_worker, args=(w, k)) for w, k in zip(workers, keys, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all(worker.store.read(root) == delta for worker in workers)
+    served = trainer.object_server.chunks_served
+    # Star would upload 36 chunks; measured 18-19 (about 1.5 copies of the delta for 3 workers).
+    assert served < 30, f"the trainer uploaded {served} chunks for 3 workers x 12 chunks"

@@ -52,6 +52,7 @@ class ObjectServer:
         self.max_uploads = max_uploads
         self.active_uploads = 0
         self.refused_busy = 0
+        self.chunks_served = 0
 
     async def handle(self, stream: ByteStream, remote: str) -> None:
         request = await read_json(stream, timeout=10.0)
@@ -90,6 +91,7 @@ class ObjectServer:
                     continue
                 await self.bucket.take(len(data))
                 await write_frame(stream, bytes([OK]) + struct.pack(">I", index) + data)
+                self.chunks_served += 1
         finally:
             self.active_uploads -= 1
 
