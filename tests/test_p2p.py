@@ -347,3 +347,23 @@ def test_policy_broadcast_over_gossip_uses_the_trainers_uplink_about_once(
     served = trainer.object_server.chunks_served
     # Star would upload 36 chunks; measured 18-19 (about 1.5 copies of the delta for 3 workers).
     assert served < 30, f"the trainer uploaded {served} chunks for 3 workers x 12 chunks"
+
+
+def test_bootstrap_from_the_registry_dials_only_staked_identities(
+    swarm: Swarm, market: Deployment, anvil: AnvilProcess
+) -> None:
+    from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, transport_addr
+
+    staked = [swarm.node(f"staked{i}") for i in range(2)]
+    leaving = swarm.node("leaving")
+    for index, node in enumerate([*staked, leaving]):
+        registry = RegistryClient(client_for(anvil, 12 + index), market.registry)
+        registry.join(node.identity.peer_id_bytes, Role.WORKER, ETH)
+        registry.set_listen_addrs([transport_addr(node.addr)])
+        assert registry.listen_addrs(registry.client.address) == [transport_addr(node.addr)]
+    RegistryClient(client_for(anvil, 14), market.registry).request_unbond(ETH)  # no longer active
+    newcomer = swarm.node("newcomer")
+    reader = RegistryClient(client_for(anvil, 0), market.registry)
+    addrs = registry_bootstrap_addrs(reader, from_block=market.deployed_at_block)
+    assert sorted(addrs) == sorted(node.addr for node in staked)
+    assert sorted(newcomer.connect(addrs)) == sorted(node.peer_id for node in staked)

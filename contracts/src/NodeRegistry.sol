@@ -38,6 +38,12 @@ contract NodeRegistry {
     mapping(address => Node) internal nodes;
     /// @notice keccak256(peerId) => the address that registered it.
     mapping(bytes32 => address) public peerOwner;
+    /// @notice Where a node listens: newline-separated multiaddrs without the /p2p/ suffix (the registered
+    ///         peer ID is appended by dialers, so a dial authenticates the registered identity).
+    mapping(address => bytes) public listenAddrs;
+
+    /// @notice Longest accepted `listenAddrs` value, in bytes.
+    uint256 public constant MAX_ADDRS_LENGTH = 512;
 
     error InvalidRoles(uint8 roles);
     error EmptyPeerId();
@@ -54,6 +60,7 @@ contract NodeRegistry {
     error NotAuthorizedSlasher(address caller);
     error TransferFailed();
     error ZeroAddress();
+    error AddrsTooLong(uint256 length, uint256 maximum);
 
     event NodeJoined(address indexed node, bytes peerId, uint8 roles, uint256 stake);
     event PeerIdChanged(address indexed node, bytes peerId);
@@ -62,6 +69,7 @@ contract NodeRegistry {
     event Withdrawn(address indexed node, uint256 amount);
     event Slashed(address indexed node, address indexed job, uint256 amount, address beneficiary, bytes32 reason);
     event FactorySet(address factory);
+    event AddrsSet(address indexed node, bytes addrs);
 
     /// @param minWorkerStake_ Minimum stake (wei) for the worker role.
     /// @param minValidatorStake_ Minimum stake (wei) for the validator role.
@@ -118,6 +126,15 @@ contract NodeRegistry {
         peerOwner[key] = msg.sender;
         n.peerId = peerId;
         emit PeerIdChanged(msg.sender, peerId);
+    }
+
+    /// @notice Publish where the caller's libp2p host listens, for peers bootstrapping from the registry.
+    /// @param addrs Newline-separated multiaddrs without /p2p/ (empty to withdraw them).
+    function setAddrs(bytes calldata addrs) external {
+        if (nodes[msg.sender].roles == 0) revert NotRegistered(msg.sender);
+        if (addrs.length > MAX_ADDRS_LENGTH) revert AddrsTooLong(addrs.length, MAX_ADDRS_LENGTH);
+        listenAddrs[msg.sender] = addrs;
+        emit AddrsSet(msg.sender, addrs);
     }
 
     /// @notice Add msg.value to the caller's active stake.

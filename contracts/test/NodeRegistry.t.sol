@@ -150,6 +150,36 @@ contract NodeRegistryTest is Fixture {
         assertEq(registry.ownerOfPeer(PEER_A), worker2, "old id reusable");
     }
 
+    function test_setAddrs_storesAndEmits() public {
+        _joinA(worker);
+        bytes memory addrs = bytes("/ip4/127.0.0.1/tcp/4001\n/ip4/127.0.0.1/udp/4001/quic-v1");
+        vm.expectEmit(true, false, false, true, address(registry));
+        emit NodeRegistry.AddrsSet(worker, addrs);
+        vm.prank(worker);
+        registry.setAddrs(addrs);
+        assertEq(registry.listenAddrs(worker), addrs, "stored");
+        vm.prank(worker);
+        registry.setAddrs("");
+        assertEq(registry.listenAddrs(worker), bytes(""), "withdrawn");
+    }
+
+    function test_setAddrs_revertsNotRegistered() public {
+        vm.expectRevert(abi.encodeWithSelector(NodeRegistry.NotRegistered.selector, worker));
+        vm.prank(worker);
+        registry.setAddrs("/ip4/127.0.0.1/tcp/1");
+    }
+
+    function test_setAddrs_revertsAddrsTooLong() public {
+        _joinA(worker);
+        bytes memory tooLong = new bytes(513);
+        vm.expectRevert(abi.encodeWithSelector(NodeRegistry.AddrsTooLong.selector, 513, 512));
+        vm.prank(worker);
+        registry.setAddrs(tooLong);
+        vm.prank(worker);
+        registry.setAddrs(new bytes(512));
+        assertEq(registry.listenAddrs(worker).length, 512, "the maximum fits");
+    }
+
     function test_setPeerId_revertsNotRegistered() public {
         vm.expectRevert(abi.encodeWithSelector(NodeRegistry.NotRegistered.selector, worker));
         vm.prank(worker);

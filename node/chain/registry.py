@@ -73,6 +73,19 @@ class RegistryClient:
     def withdraw(self) -> TxReceipt:
         return self.client.transact(self.contract.functions.withdraw())
 
+    def set_listen_addrs(self, addrs: list[str]) -> TxReceipt:
+        """Publish where this node's libp2p host listens (multiaddrs without /p2p/)."""
+        return self.client.transact(self.contract.functions.setAddrs("\n".join(addrs).encode()))
+
+    def listen_addrs(self, address: str) -> list[str]:
+        raw = self.client.call(self.contract.functions.listenAddrs(address))
+        return [line for line in bytes(raw).decode(errors="replace").split("\n") if line]
+
+    def registered_addresses(self, from_block: int = 0) -> list[str]:
+        """Every address that ever joined, in join order (from NodeJoined events)."""
+        events = self.client.events(self.contract, "NodeJoined", from_block)
+        return list(dict.fromkeys(event["args"]["node"] for event in events))
+
     def totals(self) -> tuple[int, int]:
         return (
             self.client.call(self.contract.functions.totalActive()),

@@ -1,0 +1,35 @@
+"""Where to find peers: configured multiaddrs, or the chain's registry of staked nodes.
+
+Invariant: a registry-derived address always ends in /p2p/<the peer ID registered on chain>, so dialing it
+authenticates exactly the staked identity (Noise fails otherwise); nodes without active stake or without
+published listen addresses are skipped; only the listed transports are used, nothing is discovered on
+the local network (no mDNS).
+"""
+
+from __future__ import annotations
+
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.p2p.identity import b58encode
+
+
+def registry_bootstrap_addrs(registry: RegistryClient, *, from_block: int = 0, exclude: set[str] | None = None,
+                             limit: int = 64) -> list[str]:
+    """Dialable multiaddrs of active, staked nodes that published listen addresses."""
+    out: list[str] = []
+    for address in registry.registered_addresses(from_block):
+        info = registry.info(address)
+        if not info.registered or not any(registry.is_active(address, role) for role in Role if role in info.roles):
+            continue
+        peer_id = b58encode(info.peer_id)
+        if exclude and peer_id in exclude:
+            continue
+        out += [f"{addr.rstrip('/')}/p2p/{peer_id}" for addr in registry.listen_addrs(address)
+                if addr.startswith("/") and "/p2p/" not in addr]
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def transport_addr(multiaddr_with_peer: str) -> str:
+    """A host's listen address without its /p2p/ suffix (what goes on chain)."""
+    return multiaddr_with_peer.split("/p2p/")[0]
