@@ -187,3 +187,14 @@ def test_keys_new_show_import(data_dir: Path, capsys: pytest.CaptureFixture, mon
     assert "ab" * 32 not in (data_dir / "keys" / "bob.json").read_text()
     monkeypatch.setenv("ROLLNET_PRIVATE_KEY", "0x1234")
     fails_with(capsys, ["keys", "import", "--name", "carol"], r"not a valid private key")
+
+
+def test_chain_up_on_a_busy_port(data_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        fails_with(capsys, ["chain", "up", "--port", str(port)], rf"port {port} on 127.0.0.1 is already in use")
+    assert not (data_dir / "deployment.json").exists()

@@ -46,6 +46,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def wait_until_answering(url: str, timeout: float = 15.0) -> int:
     """Poll eth_chainId until it answers; return the chain id."""
     deadline = time.monotonic() + timeout
@@ -96,6 +105,8 @@ def start_anvil(
 
     `detach=True` puts it in its own session so it outlives this process (`rollnet chain up`).
     """
+    if port is not None and not port_is_free(port):
+        raise ConfigError(f"port {port} on 127.0.0.1 is already in use: pick another --port or omit it")
     port = port or free_port()
     command = [
         str(anvil_binary()), "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(chain_id),
