@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from rollnet.devnet import devnet
-from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, node_cmd
+from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd
 from rollnet.node.cli.context import CliContext, configure_logging, make_console
 from rollnet.node.errors import RollnetError
 
@@ -26,6 +26,7 @@ app.add_typer(keys_cmd.app, name="keys")
 app.add_typer(chain_cmd.app, name="chain")
 app.add_typer(node_cmd.app, name="node")
 app.add_typer(job_cmd.app, name="job")
+app.add_typer(model_cmd.app, name="model")
 app.command("devnet")(devnet)
 
 

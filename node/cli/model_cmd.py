@@ -1,0 +1,39 @@
+"""`rollnet model init`: build (or find in the cache) the embedded default model.
+
+Invariant: the model lives under `<data-dir>/models/<task>-<recipe hash>/` and is an ordinary Hugging Face
+folder; the command prints its path, so `--model PATH` elsewhere can take either it or a real checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+from rollnet.node.cli.context import console, get_context
+from rollnet.node.model.builder import METADATA, Recipe, build_default_model, load_metadata
+from rollnet.node.tasks import load_task
+
+app = typer.Typer(help="The embedded default model.", no_args_is_help=True)
+
+
+@app.command()
+def init(
+    ctx: typer.Context,
+    task: str = typer.Option("addition-2digit", "--task", help="task the warm-up trains on"),
+    seed: int = typer.Option(0, "--seed"),
+    force: bool = typer.Option(False, "--force", help="rebuild even if cached"),
+) -> None:
+    """Build the default model (about a minute on 2 cores) or reuse the cached one; print its folder."""
+    load_task(task)  # an unknown task is a clear error before any work
+    recipe = Recipe(task=task, seed=seed)
+    cache = get_context(ctx).data_dir / "models"
+    candidate = cache / f"{task.replace('/', '_').replace(':', '_')}-{recipe.key()}"
+    cached = (candidate / METADATA).exists() and not force
+    if not cached:
+        console.print(f"building the default model for {task} (about a minute)...")
+        logging.getLogger("rollnet.node.model.builder").setLevel(logging.INFO)
+    folder = build_default_model(cache, recipe, force=force)
+    metadata = load_metadata(folder)
+    console.print(f"{'cached' if cached else 'built'} model: {folder}")
+    console.print(f"held-out greedy accuracy {metadata['held_out_greedy_accuracy']:.2f} after {metadata['steps']} "
+                  f"warm-up steps; bf16 content root {metadata['bf16_content_root'][:16]}...")

@@ -1,0 +1,149 @@
+"""Build the embedded default model: tokenizer, Qwen2 config, and a short supervised warm-up on the task.
+
+Invariants: the build is a pure function of its recipe (task, seed, sizes), and its folder is named by the
+recipe's hash, so a second `rollnet model init` reuses it; training stops as soon as greedy accuracy on
+held-out tasks reaches the target (so RL starts with signal but room to improve), or at the time budget;
+the result is an ordinary Hugging Face model folder plus `rollnet-model.json` describing the build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from rollnet.node.delta import content_root
+from rollnet.node.model.tokenizer import build_char_tokenizer
+from rollnet.node.tasks import Task, load_task
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+RECIPE_VERSION = 1
+METADATA = "rollnet-model.json"
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    task: str = "addition-2digit"
+    seed: int = 0
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    feed_forward: int = 512
+    target_accuracy: float = 0.25
+    time_budget_s: float = 100.0
+    batch: int = 128
+    lr: float = 3e-3
+    version: int = RECIPE_VERSION
+
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _alphabet(task: Task) -> str:
+    chars = set()
+    for instance in task.examples(range(2000)):
+        chars.update(instance.prompt + instance.answer)
+    return "".join(sorted(chars))
+
+
+def _batch(task: Task, tokenizer: PreTrainedTokenizerFast, seeds: range) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids of prompt+answer+eos, and labels that train only on the answer and eos."""
+    rows, labels = [], []
+    for instance in task.examples(seeds):
+        prompt = tokenizer.encode(instance.prompt)
+        answer = tokenizer.encode(instance.answer) + [tokenizer.eos_token_id]
+        rows.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    target = torch.tensor([lab + [-100] * (width - len(lab)) for lab in labels])
+    return ids, target
+
+
+def greedy_accuracy(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, task: Task, seeds: range,
+                    max_new_tokens: int = 6) -> float:
+    """Fraction of held-out tasks a greedy decode answers exactly (prompts of equal length batch together)."""
+    instances = task.examples(seeds)
+    by_length: dict[int, list] = {}
+    for instance in instances:
+        by_length.setdefault(len(tokenizer.encode(instance.prompt)), []).append(instance)
+    correct = 0
+    model.eval()
+    with torch.no_grad():
+        for group in by_length.values():
+            ids = torch.tensor([tokenizer.encode(i.prompt) for i in group])
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id,
+                                 eos_token_id=tokenizer.eos_token_id)
+            for instance, row in zip(group, out[:, ids.shape[1]:], strict=True):
+                text = tokenizer.decode(row, skip_special_tokens=True)
+                correct += task.reward(instance, text) > 0
+    model.train()
+    return correct / len(instances)
+
+
+def build_default_model(cache: Path, recipe: Recipe = Recipe(), force: bool = False) -> Path:
+    """The model folder for `recipe` under `cache`, built (about a minute on 2 cores) if missing."""
+    folder = cache / f"{recipe.task.replace('/', '_').replace(':', '_')}-{recipe.key()}"
+    if (folder / METADATA).exists() and not force:
+        return folder
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)  # a one-off build may use every core
+    try:
+        return _build(folder, recipe)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build(folder: Path, recipe: Recipe) -> Path:
+    torch.manual_seed(recipe.seed)
+    task = load_task(recipe.task)
+    tokenizer = build_char_tokenizer(_alphabet(task))
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=recipe.hidden, intermediate_size=recipe.feed_forward,
+        num_hidden_layers=recipe.layers, num_attention_heads=recipe.heads, num_key_value_heads=recipe.kv_heads,
+        max_position_embeddings=256, tie_word_embeddings=True, bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    held_out = range(10**9, 10**9 + 200)
+    started, step, accuracy = time.monotonic(), 0, 0.0
+    while time.monotonic() - started < recipe.time_budget_s:
+        ids, labels = _batch(task, tokenizer, range(step * recipe.batch, (step + 1) * recipe.batch))
+        loss = model(input_ids=ids, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        if step % 50 == 0:
+            accuracy = greedy_accuracy(model, tokenizer, task, held_out)
+            log.info("warm-up step %d: loss %.3f, greedy accuracy %.2f", step, loss.item(), accuracy)
+            if accuracy >= recipe.target_accuracy:
+                break
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    weights = {name: tensor.to(torch.bfloat16) for name, tensor in model.state_dict().items()}
+    metadata = {
+        "recipe": asdict(recipe), "steps": step, "seconds": round(time.monotonic() - started, 1),
+        "held_out_greedy_accuracy": accuracy, "bf16_content_root": content_root(weights).hex(),
+    }
+    (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    return folder
+
+
+def load_metadata(folder: Path) -> dict:
+    return json.loads((folder / METADATA).read_text())

@@ -1,0 +1,78 @@
+"""The embedded default model (built once per test session) and the task generators."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rollnet.node.errors import ConfigError
+from rollnet.node.model.builder import greedy_accuracy, load_metadata
+from rollnet.node.model.tokenizer import build_char_tokenizer
+from rollnet.node.tasks import load_task, seed_from_bytes
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from rollnet.cli import main
+
+
+@pytest.fixture(scope="session")
+def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("model-home")
+    assert main(["--data-dir", str(home), "model", "init"]) == 0
+    return home
+
+
+def test_model_init_builds_a_loadable_model_that_solves_a_real_fraction(model_home: Path) -> None:
+    (folder,) = (model_home / "models").iterdir()
+    metadata = load_metadata(folder)
+    assert 0.2 <= metadata["held_out_greedy_accuracy"] <= 0.8
+    assert metadata["seconds"] < 120
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)  # the same path a real checkpoint takes
+    task = load_task("addition-2digit")
+    accuracy = greedy_accuracy(model, tokenizer, task, range(10**9, 10**9 + 200))
+    assert accuracy == pytest.approx(metadata["held_out_greedy_accuracy"])
+    assert 0.05 <= greedy_accuracy(model, tokenizer, task, range(5_000, 5_200)) <= 0.95
+
+
+def test_model_init_reuses_the_cache(model_home: Path, capsys: pytest.CaptureFixture) -> None:
+    capsys.readouterr()
+    assert main(["--data-dir", str(model_home), "model", "init"]) == 0
+    assert re.search(r"cached model: .*addition-2digit-[0-9a-f]{16}", capsys.readouterr().out)
+    assert main(["--data-dir", str(model_home), "model", "init", "--task", "nonsense"]) == 1
+
+
+def test_char_tokenizer_round_trips_spaces_and_unknowns(tmp_path: Path) -> None:
+    tokenizer = build_char_tokenizer("ab c+=0123456789")
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    for text in ("a b c", "12+ 3=15", "  "):
+        assert reloaded.decode(reloaded.encode(text)) == text
+    assert reloaded.encode("z") == [reloaded.unk_token_id]
+
+
+def test_tasks_are_pure_functions_of_their_seed(tmp_path: Path) -> None:
+    addition = load_task("addition-2digit")
+    instance = addition.instance(7)
+    assert instance == addition.instance(7) and re.fullmatch(r"\d\d\+\d\d=", instance.prompt)
+    assert addition.reward(instance, f" {instance.answer}\n") == 1.0 and addition.reward(instance, "0") == 0.0
+    gym = load_task("gym:basic_arithmetic")
+    item = gym.instance(11)
+    assert item == gym.instance(11) and gym.reward(item, item.answer) == 1.0 and gym.reward(item, "nope") == 0.0
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"prompt": "2+2=", "answer": "4"}) + "\n" + json.dumps({"prompt": "q", "answer": "a"}))
+    jsonl = load_task(str(path))
+    assert jsonl.instance(3).prompt == "q" and jsonl.reward(jsonl.instance(2), "4") == 1.0
+    assert seed_from_bytes(bytes(range(32))) == int.from_bytes(bytes(range(8)), "big")
+
+
+def test_bad_task_names_and_files_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown task"):
+        load_task("chess")
+    with pytest.raises(ConfigError, match="no dataset"):
+        load_task("gym:not_a_dataset")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x"}\n')
+    with pytest.raises(ConfigError, match=r"bad.jsonl:1"):
+        load_task(str(bad))
