@@ -93,6 +93,28 @@ def interpolate(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
     return (weights @ quotients) % PRIME
 
 
+def interpolate_many(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """`interpolate` for C independent point sets at once: xs, ys [C, n] -> coefficients [C, n]."""
+    xs = xs.astype(np.int64) % PRIME
+    ys = ys.astype(np.int64) % PRIME
+    count, n = xs.shape
+    master = np.zeros((count, n + 1), dtype=np.int64)
+    master[:, 0] = 1
+    for j in range(n):
+        shifted = np.concatenate([np.zeros((count, 1), dtype=np.int64), master[:, :-1]], axis=1)
+        master = (shifted - xs[:, j:j + 1] * master) % PRIME
+    quotients = np.zeros((count, n, n), dtype=np.int64)
+    carry = np.zeros((count, n), dtype=np.int64)
+    for degree in range(n, 0, -1):
+        carry = (master[:, degree:degree + 1] + carry * xs) % PRIME
+        quotients[:, :, degree - 1] = carry
+    denominators = np.zeros((count, n), dtype=np.int64)
+    for degree in range(n - 1, -1, -1):
+        denominators = (denominators * xs + quotients[:, :, degree]) % PRIME
+    weights = ys * _pow_mod(denominators, PRIME - 2) % PRIME
+    return np.einsum("ci,cij->cj", weights, quotients) % PRIME
+
+
 def evaluate(coefficients: np.ndarray, xs: np.ndarray) -> np.ndarray:
     """P(xs) over GF(PRIME), Horner's rule vectorised over xs."""
     xs = xs.astype(np.int64) % PRIME
@@ -118,23 +140,40 @@ def top_k(chunk: torch.Tensor, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
 
 def choose_modulus(indices: np.ndarray) -> int:
     """The largest m <= PRIME under which the indices stay distinct."""
+    if len(indices) and int(indices.max()) < PRIME:
+        return PRIME  # indices below the prime are already distinct residues
     for modulus in range(PRIME, len(indices) - 1, -1):
         if len(np.unique(indices % modulus)) == len(indices):
             return modulus
     raise ValueError("no modulus keeps the indices distinct")
 
 
-def prove_chunk(chunk: torch.Tensor) -> bytes:
-    indices, patterns = top_k(chunk)
-    modulus = choose_modulus(indices)
-    coefficients = np.zeros(TOP_K, dtype=np.int64)
-    coefficients[: len(indices)] = interpolate(indices % modulus, patterns)
-    return struct.pack(">H", modulus) + b"".join(struct.pack(">H", int(c)) for c in coefficients)
-
-
 def prove(hidden: torch.Tensor, chunk_tokens: int = CHUNK_TOKENS) -> list[bytes]:
     """Proofs for one sequence's generated positions: `hidden` is [tokens, hidden_size]."""
-    return [prove_chunk(hidden[start:start + chunk_tokens]) for start in range(0, hidden.shape[0], chunk_tokens)]
+    return prove_many([hidden], chunk_tokens)[0]
+
+
+def prove_many(hiddens: list[torch.Tensor], chunk_tokens: int = CHUNK_TOKENS) -> list[list[bytes]]:
+    """Proofs for many sequences, interpolating every full-size chunk in one vectorised pass."""
+    chunks = [(s, start) for s, h in enumerate(hiddens) for start in range(0, h.shape[0], chunk_tokens)]
+    prepared = []
+    for sequence, start in chunks:
+        indices, patterns = top_k(hiddens[sequence][start:start + chunk_tokens])
+        prepared.append((choose_modulus(indices), indices, patterns))
+    coefficients = [np.zeros(TOP_K, dtype=np.int64) for _ in prepared]
+    full = [i for i, (_, indices, _) in enumerate(prepared) if len(indices) == TOP_K]
+    if full:
+        xs = np.stack([prepared[i][1] % prepared[i][0] for i in full])
+        ys = np.stack([prepared[i][2] for i in full])
+        for i, row in zip(full, interpolate_many(xs, ys), strict=True):
+            coefficients[i] = row
+    for i, (modulus, indices, patterns) in enumerate(prepared):
+        if len(indices) < TOP_K:
+            coefficients[i][: len(indices)] = interpolate(indices % modulus, patterns)
+    proofs: list[list[bytes]] = [[] for _ in hiddens]
+    for (sequence, _), (modulus, _, _), row in zip(chunks, prepared, coefficients, strict=True):
+        proofs[sequence].append(struct.pack(">H", modulus) + row.astype(">u2").tobytes())
+    return proofs
 
 
 def parse_proof(proof: bytes) -> tuple[int, np.ndarray]:

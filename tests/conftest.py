@@ -51,3 +51,13 @@ def client_for(anvil: AnvilProcess, index: int) -> ChainClient:
 def advance_time(client: ChainClient, seconds: int) -> None:
     client.rpc("evm_increaseTime", [seconds])
     client.rpc("evm_mine", [])
+
+
+@pytest.fixture(scope="session")
+def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data dir holding the embedded default model, built once per test session (about 40 s)."""
+    from rollnet.cli import main
+
+    home = tmp_path_factory.mktemp("model-home")
+    assert main(["--data-dir", str(home), "model", "init"]) == 0
+    return home

@@ -16,13 +16,6 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 from rollnet.cli import main
 
 
-@pytest.fixture(scope="session")
-def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("model-home")
-    assert main(["--data-dir", str(home), "model", "init"]) == 0
-    return home
-
-
 def test_model_init_builds_a_loadable_model_that_solves_a_real_fraction(model_home: Path) -> None:
     (folder,) = (model_home / "models").iterdir()
     metadata = load_metadata(folder)

@@ -1,0 +1,75 @@
+"""Seeded generation with the default model, and the validator-side check of each rollout."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from rollnet.node.rollout.generate import generate
+from rollnet.node.rollout.verify import verify_rollout
+from rollnet.node.tasks import load_task
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+TASK = load_task("addition-2digit")
+
+
+@pytest.fixture(scope="module")
+def policy(model_home: Path) -> tuple:
+    (folder,) = (model_home / "models").iterdir()
+    return AutoModelForCausalLM.from_pretrained(folder).eval(), PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def rollouts(policy: tuple) -> list:
+    model, tokenizer = policy
+    return generate(model, tokenizer, TASK.examples(range(300, 308)), group_size=8, max_new_tokens=6,
+                    policy_version=3, policy_root="ab" * 32)
+
+
+def test_groups_are_seeded_batched_and_complete(policy: tuple, rollouts: list) -> None:
+    model, tokenizer = policy
+    assert len(rollouts) == 64
+    assert [(r.task_seed, r.sample) for r in rollouts[:9]] == [(300, i) for i in range(8)] + [(301, 0)]
+    for rollout in rollouts:
+        assert 1 <= len(rollout.tokens) <= 6 and len(rollout.logprobs) == len(rollout.tokens)
+        assert all(lp <= 0 for lp in rollout.logprobs)
+        assert rollout.tokens[-1] == tokenizer.eos_token_id or len(rollout.tokens) == 6
+        assert len(rollout.proofs) == math.ceil(len(rollout.tokens) / 32)
+        assert rollout.policy_version == 3 and rollout.prompt_tokens == tokenizer.encode(TASK.instance(
+            rollout.task_seed).prompt)
+    again = generate(model, tokenizer, TASK.examples(range(300, 302)), group_size=8, max_new_tokens=6)
+    assert [r.tokens for r in again] == [r.tokens for r in rollouts[:16]]  # same seeds, same tokens
+    assert len({tuple(r.tokens) for r in rollouts[:8]}) > 1  # samples of one group differ
+    rewards = [TASK.reward(TASK.instance(r.task_seed), r.text) for r in rollouts]
+    assert 0 < sum(rewards) < len(rewards)  # some right, some wrong: GRPO has signal
+
+
+def test_honest_rollouts_verify(policy: tuple, rollouts: list) -> None:
+    model, tokenizer = policy
+    verdicts = [verify_rollout(model, tokenizer, TASK, r) for r in rollouts]
+    assert all(v.ok for v in verdicts), [v.reason for v in verdicts if not v.ok]
+
+
+def test_cheats_are_caught_with_a_reason(policy: tuple, rollouts: list) -> None:
+    model, tokenizer = policy
+    changed = copy.deepcopy(rollouts[0])
+    changed.tokens[0] = (changed.tokens[0] + 1) % len(tokenizer)
+    verdict = verify_rollout(model, tokenizer, TASK, changed)
+    assert not verdict.ok and verdict.position == 0 and "seeded sampler" in verdict.reason
+
+    other_prompt = copy.deepcopy(rollouts[0])
+    other_prompt.prompt_tokens = tokenizer.encode("99+99=")
+    assert "prompt" in verify_rollout(model, tokenizer, TASK, other_prompt).reason
+
+    wrong = [r for r in rollouts if TASK.reward(TASK.instance(r.task_seed), r.text) == 0][0]
+    forced = copy.deepcopy(wrong)  # the cheater writes the right answer instead of what the sampler drew
+    forced.tokens = tokenizer.encode(TASK.instance(wrong.task_seed).answer) + [tokenizer.eos_token_id]
+    assert not verify_rollout(model, tokenizer, TASK, forced).ok
+
+    stranger = AutoModelForCausalLM.from_config(model.config).eval()  # another model, same shape
+    torch.manual_seed(5)
+    fooled = sum(verify_rollout(stranger, tokenizer, TASK, r).ok for r in rollouts)
+    assert fooled == 0
