@@ -37,6 +37,9 @@ class Thresholds:
     max_median_mantissa_diff: float = 8.0
 
 
+PUBLIC_THRESHOLDS = Thresholds()
+
+
 @dataclass(frozen=True)
 class ChunkCheck:
     chunk: int
@@ -202,7 +205,7 @@ def check_chunk(proof: bytes, chunk: torch.Tensor, index: int) -> ChunkCheck:
     )
 
 
-def verify(proofs: list[bytes], hidden: torch.Tensor, thresholds: Thresholds = Thresholds(),
+def verify(proofs: list[bytes], hidden: torch.Tensor, thresholds: Thresholds = PUBLIC_THRESHOLDS,
            chunk_tokens: int = CHUNK_TOKENS) -> Verdict:
     """Check committed proofs against hidden states the verifier recomputed itself."""
     expected = -(-hidden.shape[0] // chunk_tokens)

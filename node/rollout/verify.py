@@ -28,7 +28,7 @@ class RolloutVerdict:
 @torch.no_grad()
 def verify_rollout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task, rollout: Rollout, *,
                    temperature: float = 1.0, sampling_tolerance: float = 1e-3,
-                   thresholds: toploc.Thresholds = toploc.Thresholds()) -> RolloutVerdict:
+                   thresholds: toploc.Thresholds = toploc.PUBLIC_THRESHOLDS) -> RolloutVerdict:
     expected_prompt = tokenizer.encode(task.instance(rollout.task_seed).prompt)
     if rollout.prompt_tokens != expected_prompt:
         return RolloutVerdict(False, "the prompt is not the task's prompt for its on-chain seed", 0)
