@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +11,10 @@ from pathlib import Path
 from conftest import REPO
 
 
-def run_bench(script: str, tmp_path: Path) -> dict:
+def run_bench(script: str, tmp_path: Path, env: dict[str, str] | None = None) -> dict:
     out = tmp_path / f"{script}.json"
     result = subprocess.run([sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--json", str(out)],
-                            capture_output=True, text=True, timeout=300, cwd=REPO)
+                            capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, **(env or {})})
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout
     return json.loads(out.read_text())
@@ -45,3 +46,13 @@ def test_broadcast_benchmark_quick(tmp_path: Path) -> None:
     for run in report["runs"]:
         assert run["star_s"] > 0 and run["swarm_s"] > 0 and run["bound_s"] > 0
     assert report["single_transfer_mb_s"] > 0 and report["raw_tcp_mb_s"] > 0
+
+
+def test_toploc_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
+    report = run_bench("toploc", tmp_path, {"ROLLNET_HOME": str(model_home)})
+    rows = {row["case"]: row for row in report["rows"]}
+    assert len(rows) == 10
+    for row in rows.values():
+        assert row["trials"] >= 16
+        assert row["detected"] == (0 if row["honest"] else row["trials"]), row
+    assert report["proof_bytes_per_token"] > 0 and report["verify_speedup"] > 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from rollnet.node.rollout.generate import generate
-from rollnet.node.rollout.verify import verify_rollout
+from rollnet.node.rollout.verify import verify_rollout, verify_rollouts
 from rollnet.node.tasks import load_task
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
@@ -68,6 +68,15 @@ def test_cheats_are_caught_with_a_reason(policy: tuple, rollouts: list) -> None:
     forced = copy.deepcopy(wrong)  # the cheater writes the right answer instead of what the sampler drew
     forced.tokens = tokenizer.encode(TASK.instance(wrong.task_seed).answer) + [tokenizer.eos_token_id]
     assert not verify_rollout(model, tokenizer, TASK, forced).ok
+
+    noisy = copy.deepcopy(model)  # a stand-in whose weights differ by 1e-3 relative noise
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in noisy.parameters():
+            parameter.mul_(1 + 1e-3 * torch.randn(parameter.shape, generator=generator))
+    cheap = generate(noisy, tokenizer, TASK.examples(range(300, 304)), group_size=8, max_new_tokens=6)
+    verdicts = verify_rollouts(model, tokenizer, TASK, cheap)
+    assert not any(v.ok for v in verdicts) and all("TOPLOC" in v.reason or "sampler" in v.reason for v in verdicts)
 
     stranger = AutoModelForCausalLM.from_config(model.config).eval()  # another model, same shape
     torch.manual_seed(5)

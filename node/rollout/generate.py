@@ -50,13 +50,13 @@ class NormCapture:
 @torch.no_grad()
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instances: list[TaskInstance],
              group_size: int, *, max_new_tokens: int = 8, temperature: float = 1.0, policy_version: int = 0,
-             policy_root: str = "") -> list[Rollout]:
+             policy_root: str = "", prove: bool = True) -> list[Rollout]:
     """`group_size` seeded completions for each instance, batched (prompts of one length per call)."""
     prompts = [tokenizer.encode(instance.prompt) for instance in instances]
     if len({len(p) for p in prompts}) != 1:
         return [r for group in _by_length(instances, prompts) for r in generate(
             model, tokenizer, group, group_size, max_new_tokens=max_new_tokens, temperature=temperature,
-            policy_version=policy_version, policy_root=policy_root)]
+            policy_version=policy_version, policy_root=policy_root, prove=prove)]
     seeds = [instance.seed for instance in instances for _ in range(group_size)]
     samples = [index for _ in instances for index in range(group_size)]
     ids = torch.tensor([p for p in prompts for _ in range(group_size)])
@@ -94,9 +94,10 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
             logprobs[row, :length].tolist(), tokenizer.decode(tokens[row, :length], skip_special_tokens=True),
             policy_version, policy_root,
         ))
-    proofs = toploc.prove_many([hidden[row, : len(r.tokens)] for row, r in enumerate(rollouts)])
-    for rollout, proof in zip(rollouts, proofs, strict=True):
-        rollout.proofs = proof
+    if prove:
+        proofs = toploc.prove_many([hidden[row, : len(r.tokens)] for row, r in enumerate(rollouts)])
+        for rollout, proof in zip(rollouts, proofs, strict=True):
+            rollout.proofs = proof
     return rollouts
 
 
