@@ -50,13 +50,13 @@ class NormCapture:
 @torch.no_grad()
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instances: list[TaskInstance],
              group_size: int, *, max_new_tokens: int = 8, temperature: float = 1.0, policy_version: int = 0,
-             policy_root: str = "", prove: bool = True) -> list[Rollout]:
+             policy_root: str = "", prove: bool = True, ignore_eos: bool = False) -> list[Rollout]:
     """`group_size` seeded completions for each instance, batched (prompts of one length per call)."""
     prompts = [tokenizer.encode(instance.prompt) for instance in instances]
     if len({len(p) for p in prompts}) != 1:
         return [r for group in _by_length(instances, prompts) for r in generate(
             model, tokenizer, group, group_size, max_new_tokens=max_new_tokens, temperature=temperature,
-            policy_version=policy_version, policy_root=policy_root, prove=prove)]
+            policy_version=policy_version, policy_root=policy_root, prove=prove, ignore_eos=ignore_eos)]
     seeds = [instance.seed for instance in instances for _ in range(group_size)]
     samples = [index for _ in instances for index in range(group_size)]
     ids = torch.tensor([p for p in prompts for _ in range(group_size)])
@@ -70,14 +70,17 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
         tokens = torch.zeros(batch, 0, dtype=torch.long)
         logprobs = torch.zeros(batch, 0)
         done = torch.zeros(batch, dtype=torch.bool)
+        streams = [sampler.NoiseStream(seed, sample, logits.shape[-1]) for seed, sample in zip(seeds, samples,
+                                                                                               strict=True)]
         for step in range(max_new_tokens):
-            noise = sampler.noise_batch(seeds, samples, [step] * batch, logits.shape[-1])
+            noise = sampler.next_noise(streams)
             chosen = sampler.pick(logits, noise, temperature)
             chosen = torch.where(done, torch.full_like(chosen, eos), chosen)
             step_logprobs = torch.log_softmax(logits.float() / temperature, -1).gather(-1, chosen[:, None])[:, 0]
             tokens = torch.cat([tokens, chosen[:, None]], dim=1)
             logprobs = torch.cat([logprobs, step_logprobs[:, None]], dim=1)
-            done |= chosen == eos
+            if not ignore_eos:
+                done |= chosen == eos
             if bool(done.all()) or step == max_new_tokens - 1:
                 break
             output = model(input_ids=chosen[:, None], cache=cache, use_cache=True)
@@ -88,7 +91,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
     hidden = torch.stack(hidden_steps, dim=1)  # [batch, produced steps, hidden]
     rollouts = []
     for row in range(batch):
-        length = _completion_length(tokens[row].tolist(), eos)
+        length = tokens.shape[1] if ignore_eos else _completion_length(tokens[row].tolist(), eos)
         rollouts.append(Rollout(
             seeds[row], samples[row], ids[row].tolist(), tokens[row, :length].tolist(),
             logprobs[row, :length].tolist(), tokenizer.decode(tokens[row, :length], skip_special_tokens=True),

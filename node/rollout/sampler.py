@@ -1,9 +1,10 @@
 """Verifiable sampling: Gumbel-max with noise from a counter-based generator keyed by (task seed, sample
 index, position).
 
-Invariant: `gumbel_noise(seed, sample, position, vocab)` is the same on every machine (numpy's Philox,
-keyed by a blake2b of the three counters), so the token at each position is argmax(logits / T + noise),
-checkable by anyone holding the logits; ties within `tolerance` count as honest (float noise).
+Invariant: the noise at (task seed, sample index, position) is the same on every machine (numpy's Philox
+keyed by a blake2b of seed and sample; position p takes the stream's uniforms p*V..(p+1)*V), so the token
+at each position is argmax(logits / T + noise), checkable by anyone holding the logits; ties within a
+small tolerance count as honest (float noise).
 """
 
 from __future__ import annotations
@@ -14,16 +15,39 @@ import numpy as np
 import torch
 
 
-def gumbel_noise(task_seed: int, sample: int, position: int, vocab: int) -> np.ndarray:
-    key = hashlib.blake2b(f"rollnet-sampler-v1/{task_seed}/{sample}/{position}".encode(), digest_size=16).digest()
-    generator = np.random.Generator(np.random.Philox(key=int.from_bytes(key, "little")))
-    uniform = generator.random(vocab)
+def _generator(task_seed: int, sample: int) -> np.random.Generator:
+    key = hashlib.blake2b(f"rollnet-sampler-v2/{task_seed}/{sample}".encode(), digest_size=16).digest()
+    return np.random.Generator(np.random.Philox(key=int.from_bytes(key, "little")))
+
+
+def _gumbel(uniform: np.ndarray) -> np.ndarray:
     return -np.log(-np.log(np.clip(uniform, 1e-12, 1 - 1e-12)))
 
 
-def noise_batch(task_seeds: list[int], samples: list[int], positions: list[int], vocab: int) -> torch.Tensor:
-    return torch.from_numpy(np.stack([gumbel_noise(s, i, p, vocab) for s, i, p in
-                                      zip(task_seeds, samples, positions, strict=True)])).float()
+class NoiseStream:
+    """The Gumbel noise of one (task seed, sample) sequence, position after position.
+
+    Position p uses uniforms [p * vocab, (p + 1) * vocab) of the sequence's Philox stream, so drawing them
+    one position at a time (generation) or all at once (verification) gives the same numbers.
+    """
+
+    def __init__(self, task_seed: int, sample: int, vocab: int):
+        self._generator = _generator(task_seed, sample)
+        self.vocab = vocab
+
+    def next(self) -> np.ndarray:
+        return _gumbel(self._generator.random(self.vocab))
+
+
+def noise_for_positions(task_seed: int, sample: int, count: int, vocab: int) -> torch.Tensor:
+    """[count, vocab] noise for positions 0..count-1 of one sequence."""
+    uniform = _generator(task_seed, sample).random(count * vocab).reshape(count, vocab)
+    return torch.from_numpy(_gumbel(uniform)).float()
+
+
+def next_noise(streams: list[NoiseStream]) -> torch.Tensor:
+    """The next position's noise for every sequence of a batch."""
+    return torch.from_numpy(np.stack([stream.next() for stream in streams])).float()
 
 
 def pick(logits: torch.Tensor, noise: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -68,8 +68,7 @@ def _check(rollout: Rollout, logits: torch.Tensor, hidden: torch.Tensor, tempera
     start = len(rollout.prompt_tokens) - 1
     producing = slice(start, start + len(rollout.tokens))
     claimed = torch.tensor(rollout.tokens)
-    noise = sampler.noise_batch([rollout.task_seed] * len(claimed), [rollout.sample] * len(claimed),
-                                list(range(len(claimed))), logits.shape[-1])
+    noise = sampler.noise_for_positions(rollout.task_seed, rollout.sample, len(claimed), logits.shape[-1])
     margins = sampler.choice_margin(logits[producing], noise, temperature, claimed)
     bad = torch.nonzero(margins > sampling_tolerance).flatten()
     if len(bad):
