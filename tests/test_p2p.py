@@ -87,10 +87,10 @@ def test_a_corrupt_provider_costs_a_retry_never_a_corrupt_object(swarm: Swarm) -
     data = os.urandom(4 * (1 << 20))
     root = honest.store.put(data)
     liar.store.put(data)
-    with open(liar.store.folder / root.hex() / "data", "r+b") as handle:  # flip bits behind its own back
-        handle.write(b"\xff" * 64)
-        handle.seek(3 << 20)
-        handle.write(b"\x00" * 64)
+    with open(liar.store.folder / root.hex() / "data", "r+b") as handle:  # corrupt every chunk behind its back,
+        for chunk in range(4):  # so whichever chunks the random schedule gives the liar, each one fails its hash
+            handle.seek(chunk << 20)
+            handle.write(b"\xff" * 64)
     report = fetcher.fetch(root, [liar.peer_id, honest.peer_id])
     assert fetcher.store.read(root) == data
     assert report.retries >= 1
