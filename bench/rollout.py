@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -22,12 +23,17 @@ from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 TASK = load_task("addition-2digit")
 
 
-def tokens_per_second(run, tokens: int, repeats: int) -> float:  # noqa: ANN001 - a zero-argument callable
-    run()  # warm-up
-    started = time.perf_counter()
+def paired_tokens_per_second(ours, theirs, tokens: int, repeats: int) -> tuple[float, float]:  # noqa: ANN001
+    """Tokens/s of two zero-argument callables, run alternately (so machine noise hits both alike), each
+    from the median of its runs after one warm-up."""
+    ours(), theirs()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        run()
-    return tokens * repeats / (time.perf_counter() - started)
+        for run, spent in ((ours, times[0]), (theirs, times[1])):
+            started = time.perf_counter()
+            run()
+            spent.append(time.perf_counter() - started)
+    return tokens / statistics.median(times[0]), tokens / statistics.median(times[1])
 
 
 def main() -> None:
@@ -40,7 +46,7 @@ def main() -> None:
     tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     new_tokens = 32 if args.quick else 64
-    repeats = 2 if args.quick else 5
+    repeats = 3 if args.quick else 9
     rows = []
     for batch in (1, 8, 64) if args.quick else (1, 8, 32, 64):
         instances = TASK.examples(range(batch))
@@ -54,8 +60,7 @@ def main() -> None:
                 model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=new_tokens,
                                min_new_tokens=new_tokens, pad_token_id=tokenizer.pad_token_id, top_k=0, top_p=1.0)
 
-        ours_tps = tokens_per_second(ours, batch * new_tokens, repeats)
-        theirs_tps = tokens_per_second(theirs, batch * new_tokens, repeats)
+        ours_tps, theirs_tps = paired_tokens_per_second(ours, theirs, batch * new_tokens, repeats)
         rows.append({"batch": batch, "new_tokens": new_tokens, "ours_tokens_per_s": ours_tps,
                      "generate_tokens_per_s": theirs_tps, "ratio": ours_tps / theirs_tps})
     from rich.table import Table

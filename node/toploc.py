@@ -137,7 +137,14 @@ def top_k(chunk: torch.Tensor, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
     """(flat indices, bf16 patterns) of the k largest |values| of a chunk, in a deterministic order."""
     flat = chunk.to(torch.bfloat16).reshape(-1)
     k = min(k, flat.numel())
-    order = torch.argsort(flat.float().abs(), descending=True, stable=True)[:k]
+    magnitude = flat.float().abs()
+    # Equal to a stable descending argsort of the whole chunk, cut at k (ties broken by the lower index),
+    # but a partial selection: everything above the k-th magnitude, then the lowest-indexed equal ones.
+    cutoff = torch.topk(magnitude, k, sorted=False).values.min()
+    above = torch.nonzero(magnitude > cutoff).flatten()
+    at = torch.nonzero(magnitude == cutoff).flatten()[: k - len(above)]
+    chosen = torch.cat([above, at])
+    order = chosen[torch.argsort(magnitude[chosen], descending=True, stable=True)]
     return order.numpy().astype(np.int64), _bf16_patterns(flat[order])
 
 

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from rollnet.devnet import devnet
-from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd
+from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd, rollout_cmd
 from rollnet.node.cli.context import CliContext, configure_logging, make_console
 from rollnet.node.errors import RollnetError
 
@@ -27,6 +28,7 @@ app.add_typer(chain_cmd.app, name="chain")
 app.add_typer(node_cmd.app, name="node")
 app.add_typer(job_cmd.app, name="job")
 app.add_typer(model_cmd.app, name="model")
+app.add_typer(rollout_cmd.app, name="rollout")
 app.command("devnet")(devnet)
 
 
@@ -44,9 +46,10 @@ def common(
 def main(argv: list[str] | None = None) -> int:
     err = make_console(stderr=True)
     try:
-        app(args=argv, standalone_mode=False)
+        # In non-standalone mode click returns a command's `typer.Exit(code)` instead of raising it.
+        code = app(args=argv, standalone_mode=False)
     except RollnetError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -63,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return exc.exit_code
         raise
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from rollnet.cli import main
 
 
 def test_model_init_builds_a_loadable_model_that_solves_a_real_fraction(model_home: Path) -> None:
-    (folder,) = (model_home / "models").iterdir()
+    (folder,) = (model_home / "models").glob("addition-2digit-*")
     metadata = load_metadata(folder)
     assert 0.2 <= metadata["held_out_greedy_accuracy"] <= 0.8
     assert metadata["seconds"] < 120

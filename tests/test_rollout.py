@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from rollnet.node.errors import ConfigError
 from rollnet.node.rollout.generate import generate
+from rollnet.node.rollout.sampler import BatchNoise, noise_for_positions
 from rollnet.node.rollout.verify import verify_rollout, verify_rollouts
+from rollnet.node.rollout.wire import RolloutBatch
 from rollnet.node.tasks import load_task
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
@@ -18,7 +22,7 @@ TASK = load_task("addition-2digit")
 
 @pytest.fixture(scope="module")
 def policy(model_home: Path) -> tuple:
-    (folder,) = (model_home / "models").iterdir()
+    (folder,) = (model_home / "models").glob("addition-2digit-*")
     return AutoModelForCausalLM.from_pretrained(folder).eval(), PreTrainedTokenizerFast.from_pretrained(folder)
 
 
@@ -82,3 +86,45 @@ def test_cheats_are_caught_with_a_reason(policy: tuple, rollouts: list) -> None:
     torch.manual_seed(5)
     fooled = sum(verify_rollout(stranger, tokenizer, TASK, r).ok for r in rollouts)
     assert fooled == 0
+
+
+def test_mixed_prompt_lengths_batch_with_padding_and_change_nothing(policy: tuple, tmp_path: Path) -> None:
+    """Left-padded prompts of four lengths in one batch give the tokens each prompt gets alone, and verify."""
+    model, tokenizer = policy
+    prompts = ["3+4=", "12+5=", "07+45=", "123+45=", "9+9=", "40+2="]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": p, "answer": "0"}) for p in prompts))
+    task = load_task(str(path))
+    together = generate(model, tokenizer, task.examples(range(6)), group_size=4, max_new_tokens=6)
+    alone = [r for seed in range(6) for r in generate(model, tokenizer, [task.instance(seed)], 4, max_new_tokens=6)]
+    assert [r.tokens for r in together] == [r.tokens for r in alone]
+    assert [r.prompt_tokens for r in together] == [r.prompt_tokens for r in alone]  # no padding leaks out
+    verdicts = verify_rollouts(model, tokenizer, task, together)
+    assert all(v.ok for v in verdicts), [v.reason for v in verdicts if not v.ok]
+
+
+def test_batch_noise_is_the_per_sequence_noise() -> None:
+    noise = BatchNoise([7, 7, 9], [0, 1, 0], vocab=5)
+    drawn = torch.stack([noise.next() for _ in range(40)], dim=1)  # crosses block refills
+    for row, (seed, sample) in enumerate([(7, 0), (7, 1), (9, 0)]):
+        assert torch.equal(drawn[row], noise_for_positions(seed, sample, 40, 5))
+    assert not torch.equal(drawn[0], drawn[1]) and torch.isfinite(drawn).all()
+
+
+def test_rollout_batches_round_trip_and_reject_malformed_files(rollouts: list) -> None:
+    batch = RolloutBatch.of("addition-2digit", rollouts)
+    again = RolloutBatch.from_json(batch.to_json()).to_rollouts()
+    assert again == rollouts
+    record = json.loads(batch.to_json())
+    for mutate, complaint in [
+        (lambda r: r["rollouts"][0].update(proofs=["00" * 10]), "258 bytes"),
+        (lambda r: r["rollouts"][0].update(logprobs=[]), "differ in length"),
+        (lambda r: r.pop("task"), "task"),
+        (lambda r: r.update(schema="other"), "unknown rollout schema"),
+    ]:
+        broken = copy.deepcopy(record)
+        mutate(broken)
+        with pytest.raises(ConfigError, match=complaint):
+            RolloutBatch.from_json(json.dumps(broken))
+    with pytest.raises(ConfigError, match="malformed"):
+        RolloutBatch.from_json("{not json")

@@ -61,3 +61,20 @@ def test_parse_proof_rejects_bad_lengths_and_ranges() -> None:
         toploc.parse_proof(b"\x00" * 10)
     with pytest.raises(ValueError, match="out of range"):
         toploc.parse_proof(struct.pack(">H", 5) + b"\x00" * 256)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 70), st.integers(0, 2**31 - 1), st.sampled_from(["normal", "ties", "zeros"]))
+def test_top_k_equals_a_stable_descending_sort_of_the_whole_chunk(rows: int, width: int, seed: int,
+                                                                  kind: str) -> None:
+    """The partial selection picks exactly what a full stable sort does, ties broken by the lower index."""
+    chunk = torch.randn(rows, width, generator=torch.Generator().manual_seed(seed))
+    if kind == "ties":
+        chunk = torch.round(chunk * 2) / 2  # many equal magnitudes, including at the cut
+    elif kind == "zeros":
+        chunk = torch.zeros(rows, width)
+    indices, patterns = toploc.top_k(chunk)
+    flat = chunk.to(torch.bfloat16).reshape(-1)
+    expected = torch.argsort(flat.float().abs(), descending=True, stable=True)[: toploc.TOP_K].numpy()
+    assert np.array_equal(indices, expected)
+    assert np.array_equal(patterns, flat[expected].view(torch.int16).numpy().view(np.uint16))

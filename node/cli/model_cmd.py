@@ -1,7 +1,8 @@
-"""`rollnet model init`: build (or find in the cache) the embedded default model.
+"""`rollnet model init|smollm2`: build (or find in the cache) the embedded default model.
 
 Invariant: the model lives under `<data-dir>/models/<task>-<recipe hash>/` and is an ordinary Hugging Face
-folder; the command prints its path, so `--model PATH` elsewhere can take either it or a real checkpoint.
+folder; the command prints its path, so `--model PATH` elsewhere can take either it or a real checkpoint
+(`rollnet model smollm2` makes one such checkpoint from the `real` extra).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import typer
 from rollnet.node.cli.context import console, get_context
 from rollnet.node.model.builder import METADATA, Recipe, build_default_model, load_metadata
+from rollnet.node.model.smollm2 import materialize_smollm2
 from rollnet.node.tasks import load_task
 
 app = typer.Typer(help="The embedded default model.", no_args_is_help=True)
@@ -37,3 +39,10 @@ def init(
     console.print(f"{'cached' if cached else 'built'} model: {folder}")
     console.print(f"held-out greedy accuracy {metadata['held_out_greedy_accuracy']:.2f} after {metadata['steps']} "
                   f"warm-up steps; bf16 content root {metadata['bf16_content_root'][:16]}...")
+
+
+@app.command()
+def smollm2(ctx: typer.Context) -> None:
+    """Convert SmolLM2-135M-Instruct (from the `real` extra's GGUF) to a model folder; print its path."""
+    folder = materialize_smollm2(get_context(ctx).data_dir / "models")
+    console.print(f"SmolLM2-135M-Instruct: {folder}")

@@ -1,7 +1,7 @@
 """The transformers generation backend: a group of seeded completions per task, with log-probs and the
 final-norm hidden states TOPLOC commits to.
 
-Invariants: the sampled token at each step is `sampler.pick` of that step's logits; a sequence stops at
+Invariants: the sampled token at each step is the seeded sampler's argmax of that step's logits; a sequence stops at
 EOS or `max_new_tokens`; the hidden states committed for a completion are the final norm's outputs at the
 positions that produced its tokens (the last prompt position through the second-to-last completion
 position), exactly what a validator's single prefill over prompt + completion recomputes.
@@ -51,51 +51,62 @@ class NormCapture:
 def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instances: list[TaskInstance],
              group_size: int, *, max_new_tokens: int = 8, temperature: float = 1.0, policy_version: int = 0,
              policy_root: str = "", prove: bool = True, ignore_eos: bool = False) -> list[Rollout]:
-    """`group_size` seeded completions for each instance, batched (prompts of one length per call)."""
-    prompts = [tokenizer.encode(instance.prompt) for instance in instances]
-    if len({len(p) for p in prompts}) != 1:
-        return [r for group in _by_length(instances, prompts) for r in generate(
-            model, tokenizer, group, group_size, max_new_tokens=max_new_tokens, temperature=temperature,
-            policy_version=policy_version, policy_root=policy_root, prove=prove, ignore_eos=ignore_eos)]
+    """`group_size` seeded completions for each instance, all in one batch (prompts of different lengths
+    are left-padded, with an attention mask and per-row positions so padding changes nothing)."""
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be at least 1")
+    prompts = [tokenizer.encode(instance.prompt) for instance in instances for _ in range(group_size)]
     seeds = [instance.seed for instance in instances for _ in range(group_size)]
     samples = [index for _ in instances for index in range(group_size)]
-    ids = torch.tensor([p for p in prompts for _ in range(group_size)])
-    batch, prompt_len = ids.shape
+    batch, prompt_len = len(prompts), max(len(p) for p in prompts)
     eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    ids = torch.tensor([[pad] * (prompt_len - len(p)) + p for p in prompts])
+    padded = any(len(p) != prompt_len for p in prompts)
+    mask = torch.tensor([[0] * (prompt_len - len(p)) + [1] * len(p) for p in prompts]) if padded else None
+    positions = (mask.cumsum(-1) - 1).clamp(min=0) if mask is not None else None
     capture = NormCapture(model)
+    tokens = torch.full((batch, max_new_tokens), eos, dtype=torch.long)
+    logprobs = torch.zeros(batch, max_new_tokens)
+    hidden_steps = []
     try:
-        output = model(input_ids=ids, use_cache=True)
-        hidden_steps = [capture.take()[:, -1]]
+        output = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        hidden_steps.append(capture.take()[:, -1])
         logits, cache = output.logits[:, -1], output.cache
-        tokens = torch.zeros(batch, 0, dtype=torch.long)
-        logprobs = torch.zeros(batch, 0)
         done = torch.zeros(batch, dtype=torch.bool)
-        streams = [sampler.NoiseStream(seed, sample, logits.shape[-1]) for seed, sample in zip(seeds, samples,
-                                                                                               strict=True)]
+        noise = sampler.BatchNoise(seeds, samples, logits.shape[-1])
+        made = 0
         for step in range(max_new_tokens):
-            noise = sampler.next_noise(streams)
-            chosen = sampler.pick(logits, noise, temperature)
-            chosen = torch.where(done, torch.full_like(chosen, eos), chosen)
-            step_logprobs = torch.log_softmax(logits.float() / temperature, -1).gather(-1, chosen[:, None])[:, 0]
-            tokens = torch.cat([tokens, chosen[:, None]], dim=1)
-            logprobs = torch.cat([logprobs, step_logprobs[:, None]], dim=1)
+            scaled = logits.float() / temperature
+            chosen = torch.argmax(scaled + noise.next(), dim=-1)
+            chosen.masked_fill_(done, eos)
+            logprobs[:, step] = scaled.gather(-1, chosen[:, None])[:, 0] - torch.logsumexp(scaled, -1)
+            tokens[:, step] = chosen
+            made = step + 1
             if not ignore_eos:
                 done |= chosen == eos
-            if bool(done.all()) or step == max_new_tokens - 1:
+                if bool(done.all()):
+                    break
+            if made == max_new_tokens:
                 break
-            output = model(input_ids=chosen[:, None], cache=cache, use_cache=True)
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
+                positions = positions[:, -1:] + 1
+            output = model(input_ids=chosen[:, None], attention_mask=mask, position_ids=positions, cache=cache,
+                           use_cache=True)
             hidden_steps.append(capture.take()[:, -1])
             logits, cache = output.logits[:, -1], output.cache
     finally:
         capture.close()
     hidden = torch.stack(hidden_steps, dim=1)  # [batch, produced steps, hidden]
+    token_rows = tokens[:, :made].tolist()
+    logprob_rows = logprobs[:, :made].tolist()
     rollouts = []
     for row in range(batch):
-        length = tokens.shape[1] if ignore_eos else _completion_length(tokens[row].tolist(), eos)
+        length = made if ignore_eos else _completion_length(token_rows[row], eos)
         rollouts.append(Rollout(
-            seeds[row], samples[row], ids[row].tolist(), tokens[row, :length].tolist(),
-            logprobs[row, :length].tolist(), tokenizer.decode(tokens[row, :length], skip_special_tokens=True),
-            policy_version, policy_root,
+            seeds[row], samples[row], prompts[row], token_rows[row][:length], logprob_rows[row][:length],
+            tokenizer.decode(token_rows[row][:length], skip_special_tokens=True), policy_version, policy_root,
         ))
     if prove:
         proofs = toploc.prove_many([hidden[row, : len(r.tokens)] for row, r in enumerate(rollouts)])
@@ -106,10 +117,3 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
 
 def _completion_length(tokens: list[int], eos: int) -> int:
     return tokens.index(eos) + 1 if eos in tokens else len(tokens)
-
-
-def _by_length(instances: list[TaskInstance], prompts: list[list[int]]) -> list[list[TaskInstance]]:
-    groups: dict[int, list[TaskInstance]] = {}
-    for instance, prompt in zip(instances, prompts, strict=True):
-        groups.setdefault(len(prompt), []).append(instance)
-    return list(groups.values())

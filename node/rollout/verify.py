@@ -48,11 +48,19 @@ def verify_rollouts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, 
     try:
         for indices in by_length.values():
             ids = torch.tensor([rollouts[i].prompt_tokens + rollouts[i].tokens for i in indices])
-            logits = model(input_ids=ids).logits
+            # The LM head runs only where some row's completion tokens are produced (the last `keep`
+            # positions); the hidden states come whole from the final norm.
+            keep = 1 + max(len(rollouts[i].tokens) for i in indices)
+            logits = model(input_ids=ids, logits_to_keep=keep).logits
             hidden = capture.take()
             for row, index in enumerate(indices):
-                verdicts[index] = _check(rollouts[index], logits[row], hidden[row], temperature,
-                                         sampling_tolerance, thresholds)
+                rollout = rollouts[index]
+                start = len(rollout.prompt_tokens) - 1
+                producing = slice(start, start + len(rollout.tokens))
+                first_logit = ids.shape[1] - keep
+                verdicts[index] = _check(rollout, logits[row, start - first_logit:start - first_logit
+                                                         + len(rollout.tokens)], hidden[row, producing],
+                                         temperature, sampling_tolerance, thresholds)
     finally:
         capture.close()
     return verdicts  # type: ignore[return-value]
@@ -65,17 +73,16 @@ def verify_rollout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, t
 
 def _check(rollout: Rollout, logits: torch.Tensor, hidden: torch.Tensor, temperature: float,
            sampling_tolerance: float, thresholds: toploc.Thresholds) -> RolloutVerdict:
-    start = len(rollout.prompt_tokens) - 1
-    producing = slice(start, start + len(rollout.tokens))
+    """`logits` and `hidden` are the recomputed ones at the positions that produced the completion."""
     claimed = torch.tensor(rollout.tokens)
     noise = sampler.noise_for_positions(rollout.task_seed, rollout.sample, len(claimed), logits.shape[-1])
-    margins = sampler.choice_margin(logits[producing], noise, temperature, claimed)
+    margins = sampler.choice_margin(logits, noise, temperature, claimed)
     bad = torch.nonzero(margins > sampling_tolerance).flatten()
     if len(bad):
         position = int(bad[0])
         return RolloutVerdict(False, f"token {position} is not the seeded sampler's choice "
                                      f"(margin {float(margins[position]):.4f})", position)
-    verdict = toploc.verify(rollout.proofs, hidden[producing], thresholds)
+    verdict = toploc.verify(rollout.proofs, hidden, thresholds)
     if not verdict.ok:
         return RolloutVerdict(False, f"TOPLOC: {verdict.reason}", verdict.first_failing_chunk)
     return RolloutVerdict(True, "ok")

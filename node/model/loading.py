@@ -1,0 +1,42 @@
+"""Where a policy comes from: the embedded default (built on demand) or a local Hugging Face folder.
+
+Invariant: every model the node runs is loaded by `load_policy(folder)`, the one path the default and a
+real checkpoint share (`from_pretrained`); a missing or unreadable folder is a ConfigError naming it,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rollnet.node.errors import ConfigError
+from rollnet.node.model.builder import Recipe, build_default_model
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+from transformers.utils import logging as transformers_logging
+
+
+def resolve_model(data_dir: Path, model: Path | None, task: str = Recipe.task) -> Path:
+    """`model` when given (it must be a model folder), else the embedded default for `task`."""
+    if model is None:
+        return build_default_model(data_dir / "models", Recipe(task=task))
+    if not (model / "config.json").is_file():
+        raise ConfigError(f"{model} is not a Hugging Face model folder (no config.json); "
+                          "pass a local checkpoint folder or omit --model for the embedded default")
+    return model
+
+
+def load_policy(folder: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """The model (eval mode, fp32) and its fast tokenizer from a model folder."""
+    if not (folder / "tokenizer.json").is_file():
+        raise ConfigError(f"{folder} has no tokenizer.json: rollnet needs a fast (tokenizers) tokenizer")
+    transformers_logging.disable_progress_bar()  # a progress bar per load is noise in a node's output
+    try:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot load the model in {folder}: {exc}") from None
+    if tokenizer.eos_token_id is None:
+        raise ConfigError(f"the tokenizer in {folder} has no end-of-sequence token")
+    if not hasattr(getattr(model, "model", None), "norm"):
+        raise ConfigError(f"{type(model).__name__} has no final norm at model.norm: TOPLOC cannot commit to it")
+    return model.eval(), tokenizer
