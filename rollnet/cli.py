@@ -16,6 +16,7 @@ from rollnet.devnet import devnet
 from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd, rollout_cmd
 from rollnet.node.cli.context import CliContext, configure_logging, make_console
 from rollnet.node.errors import RollnetError
+from rollnet.trainer import cli as trainer_cli
 
 app = typer.Typer(
     name="rollnet",
@@ -29,6 +30,7 @@ app.add_typer(node_cmd.app, name="node")
 app.add_typer(job_cmd.app, name="job")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(rollout_cmd.app, name="rollout")
+app.add_typer(trainer_cli.app, name="trainer")
 app.command("devnet")(devnet)
 
 

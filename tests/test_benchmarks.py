@@ -11,9 +11,10 @@ from pathlib import Path
 from conftest import REPO
 
 
-def run_bench(script: str, tmp_path: Path, env: dict[str, str] | None = None) -> dict:
+def run_bench(script: str, tmp_path: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> dict:
     out = tmp_path / f"{script}.json"
-    result = subprocess.run([sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--json", str(out)],
+    result = subprocess.run([sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--json", str(out),
+                             *extra],
                             capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, **(env or {})})
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout
@@ -67,3 +68,22 @@ def test_rollout_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
     assert [row["batch"] for row in report["rows"]] == [1, 8, 64]
     for row in report["rows"]:
         assert row["ours_tokens_per_s"] > 0 and row["generate_tokens_per_s"] > 0
+
+
+def test_async_ablation_benchmark_shortened(tmp_path: Path, model_home: Path) -> None:
+    report = run_bench("async_ablation", tmp_path, {"ROLLNET_HOME": str(model_home)}, ("--steps", "4", "--seeds", "2"))
+    arms = {arm["name"]: arm for arm in report["arms"]}
+    assert [arm["staleness"] for arm in report["arms"]] == [0, 2, 4, 4]
+    assert arms["staleness 4, δ off"]["delta"] is None and arms["staleness 4, δ=4"]["delta"] == 4.0
+    for arm in report["arms"]:
+        assert {"final_reward_mean", "final_reward_std", "reward_curve"} <= set(arm)
+        assert arm["reward_curve"]["steps"][-1] == 4
+        assert max(int(g) for g in arm["realised_staleness"]) == min(arm["staleness"], 3)  # v samples from v - lag
+    assert (tmp_path / "async_ablation.png").stat().st_size > 1000
+
+
+def test_async_throughput_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
+    report = run_bench("async_throughput", tmp_path, {"ROLLNET_HOME": str(model_home)})
+    sync, overlapped = report["arms"]
+    assert set(sync["staleness"]) == {"0"} and max(int(g) for g in overlapped["staleness"]) <= 4
+    assert sync["samples_per_s"] > 0 and overlapped["samples_per_s"] > 0 and report["speedup"] > 0

@@ -1,0 +1,199 @@
+"""The trainer on the default model: buffer rules, recomputed rewards, resume without gaps or repeats,
+non-finite batches that never reach the optimiser, and the local run's staleness."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from eth_account import Account
+from rollnet.node.delta.store import PolicyStore
+from rollnet.node.errors import ConfigError
+from rollnet.node.keys import dev_account
+from rollnet.node.model.loading import load_policy
+from rollnet.node.rollout.generate import Rollout, generate
+from rollnet.node.tasks import load_task
+from rollnet.trainer.buffer import RolloutBuffer
+from rollnet.trainer.config import GRPOConfig
+from rollnet.trainer.local import LocalRun
+from rollnet.trainer.trainer import Trainer, bf16_policy
+
+TASK = load_task("addition-2digit")
+SIGNER = Account.from_key("0x" + "5a" * 32)
+DEV0 = dev_account(0).address
+
+
+@pytest.fixture(scope="module")
+def policy(model_home: Path) -> tuple:
+    (folder,) = (model_home / "models").glob("addition-2digit-*")
+    return load_policy(folder)
+
+
+def fresh(policy: tuple) -> tuple:
+    model, tokenizer = policy
+    return copy.deepcopy(model), tokenizer
+
+
+def rollout(seed: int, sample: int, version: int, tokens: list[int] | None = None) -> Rollout:
+    tokens = tokens or [3, 4]
+    return Rollout(seed, sample, [1, 2], tokens, [-0.5] * len(tokens), "", version, "")
+
+
+def test_buffer_admits_within_the_staleness_budget_and_keeps_groups_whole() -> None:
+    buffer = RolloutBuffer(group_size=2, max_staleness=2, vocab_size=10)
+    buffer.advance(5)
+    assert buffer.admit(rollout(1, 0, 2)) == "too stale"
+    assert buffer.admit(rollout(1, 0, 6)) == "invalid: policy version from the future"
+    assert buffer.admit(rollout(1, 0, 3, tokens=[3, 99])) == "invalid: token outside the vocabulary"
+    assert buffer.admit(rollout(1, 5, 3)) == "invalid: sample index outside the group"
+    assert buffer.admit(rollout(1, 0, 3)) == "admitted"
+    assert buffer.admit(rollout(1, 0, 3)) == "invalid: duplicate sample"
+    assert buffer.ready_groups == 0  # half a group is never trainable
+    assert buffer.admit(rollout(1, 1, 3)) == "admitted"
+    assert buffer.admit_all([rollout(2, 0, 5), rollout(2, 1, 5)])["admitted"] == 2
+    assert buffer.ready_groups == 2
+    buffer.advance(6)  # the version-3 group is now 3 behind: dropped when versions move on
+    taken = buffer.take(8)
+    assert [(g.task_seed, g.version) for g in taken] == [(2, 5)]
+    counts = buffer.counts
+    assert (counts.admitted, counts.too_stale, counts.invalid) == (4, 3, 4)
+    assert counts.staleness == {1: 2}
+
+
+def test_rewards_come_from_the_tokens_not_the_workers_text(policy: tuple) -> None:
+    model, tokenizer = fresh(policy)
+    trainer = Trainer(model, tokenizer, TASK, GRPOConfig.make(group_size=2, prompts_per_step=1, optimizer_steps=1))
+    instance = TASK.instance(7)
+    eos = tokenizer.eos_token_id
+    right_tokens, wrong_tokens = tokenizer.encode(instance.answer) + [eos], tokenizer.encode("1") + [eos]
+    prompt = tokenizer.encode(instance.prompt)
+    right = Rollout(7, 0, prompt, right_tokens, [0.0] * len(right_tokens), "wrong", 0, "")
+    wrong = Rollout(7, 1, prompt, wrong_tokens, [0.0] * len(wrong_tokens), instance.answer, 0, "")  # text lies
+    buffer = RolloutBuffer(2, 4, model.config.vocab_size)
+    buffer.admit_all([right, wrong])
+    (group,) = buffer.take(1)
+    assert trainer.rewards(group) == [1.0, 0.0]
+
+
+def test_local_steps_publish_versions_and_resume_without_gaps_or_repeats(policy: tuple, tmp_path: Path) -> None:
+    config = GRPOConfig.make(prompts_per_step=8, optimizer_steps=2)
+    model, tokenizer = fresh(policy)
+    groups_source = LocalRun(Trainer(copy.deepcopy(model), tokenizer, TASK, config), seed=3)
+
+    def batches(count: int) -> list:
+        out = []
+        for _ in range(count):  # the same groups for both trainers
+            seeds = [groups_source.rng.randrange(10**9) for _ in range(8)]
+            rollouts = generate(model, tokenizer, [TASK.instance(s) for s in seeds], 8, max_new_tokens=6, prove=False)
+            out.append(rollouts)
+        return out
+
+    inputs = batches(4)
+
+    def train(trainer: Trainer, rollouts: list) -> None:
+        buffer = RolloutBuffer(8, 4, model.config.vocab_size)
+        buffer.advance(trainer.version)
+        buffer.admit_all([dataclasses.replace(r, policy_version=trainer.version) for r in rollouts])
+        trainer.train_on(buffer.take(8))
+
+    straight = Trainer(copy.deepcopy(model), tokenizer, TASK, config)
+    for rollouts in inputs:
+        train(straight, rollouts)
+
+    state, store_dir = tmp_path / "state", tmp_path / "policies"
+    first = Trainer(copy.deepcopy(model), tokenizer, TASK, config, state_dir=state,
+                    store=PolicyStore(store_dir, trainer=SIGNER.address), signer=SIGNER)
+    for rollouts in inputs[:2]:
+        train(first, rollouts)
+    assert first.version == 2 and first.store.latest == 2
+    del first  # killed: a new process starts from the saved state
+    store = PolicyStore(store_dir, trainer=SIGNER.address)
+    published_before = sorted(store.roots)
+    second = Trainer(copy.deepcopy(model), tokenizer, TASK, config, state_dir=state, store=store, signer=SIGNER)
+    assert second.version == 2 and sorted(store.roots) == published_before  # nothing republished
+    for rollouts in inputs[2:]:
+        train(second, rollouts)
+    assert second.version == straight.version == 4 and sorted(store.roots) == [0, 1, 2, 3, 4]
+    for (name, a), b in zip(second.model.state_dict().items(), straight.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name  # optimiser state came back exactly
+    materialized = PolicyStore(store_dir, trainer=SIGNER.address).materialize(4)
+    assert all(torch.equal(materialized[n], t) for n, t in bf16_policy(second.model).items())
+
+
+def test_a_crash_between_saving_and_publishing_publishes_once_on_restart(policy: tuple, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tokenizer = fresh(policy)
+    config = GRPOConfig.make(prompts_per_step=4, optimizer_steps=1)
+    store = PolicyStore(tmp_path / "p", trainer=SIGNER.address)
+    trainer = Trainer(model, tokenizer, TASK, config, state_dir=tmp_path / "s", store=store, signer=SIGNER)
+    run = LocalRun(trainer, seed=1)
+
+    def crash(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt("killed between the state save and the publish")
+
+    monkeypatch.setattr(store, "publish", crash)
+    with pytest.raises(KeyboardInterrupt):
+        while trainer.version == 0:
+            run.step()
+    monkeypatch.undo()
+    assert store.latest == 0
+    again = Trainer(copy.deepcopy(policy[0]), tokenizer, TASK, config, state_dir=tmp_path / "s",
+                    store=PolicyStore(tmp_path / "p", trainer=SIGNER.address), signer=SIGNER)
+    assert again.version == 1 and again.store.latest == 1
+
+
+def test_non_finite_batches_never_reach_the_optimiser(policy: tuple) -> None:
+    model, tokenizer = fresh(policy)
+    trainer = Trainer(model, tokenizer, TASK, GRPOConfig.make(prompts_per_step=8, optimizer_steps=2))
+    rollouts = generate(model, tokenizer, TASK.examples(range(100, 108)), 8, max_new_tokens=6, prove=False)
+    buffer = RolloutBuffer(8, 4, model.config.vocab_size)
+    buffer.admit_all(rollouts)
+    groups = buffer.take(8)
+    with torch.no_grad():  # the policy goes bad after the rollouts were made
+        model.model.layers[0].mlp.up_proj.weight[0, 0] = float("nan")
+    before = {n: t.clone() for n, t in model.state_dict().items()}
+    report = trainer.train_on(groups)
+    assert report.samples > 0 and report.skipped_non_finite and report.optimizer_steps == 0
+    assert trainer.version == 0 and trainer.skipped_batches == 1
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor.nan_to_num(), before[name].nan_to_num()), name
+    assert not trainer.optimizer.state  # AdamW never stepped
+
+
+def test_lagged_local_run_trains_at_exactly_the_lag(policy: tuple) -> None:
+    model, tokenizer = fresh(policy)
+    trainer = Trainer(model, tokenizer, TASK, GRPOConfig.make(prompts_per_step=4, optimizer_steps=1, max_staleness=4))
+    run = LocalRun(trainer, lag=2, seed=0)
+    for _ in range(6):
+        run.step()
+    staleness = run.buffer.counts.staleness
+    assert set(staleness) <= {0, 1, 2} and staleness[2] > staleness[0] + staleness[1]
+    assert run.sampling_version() == trainer.version - 2
+
+
+def test_bad_settings_are_one_clear_error() -> None:
+    with pytest.raises(ConfigError, match="epsilon"):
+        GRPOConfig.make(epsilon=1.5)
+    with pytest.raises(ConfigError, match="delta must be greater than 1"):
+        GRPOConfig.make(delta=0.5)
+
+
+def test_trainer_run_command_resumes_its_run_dir(model_home: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    from rollnet.cli import main
+
+    common = ["--data-dir", str(model_home), "trainer", "run", "--dev-account", "0", "--prompts-per-step", "4",
+              "--run-dir", str(tmp_path / "run")]
+    assert main([*common, "--steps", "2"]) == 0
+    assert main([*common, "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed at version 2" in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["version"] == 3 and [h["version"] for h in summary["history"]] == [3]
+    assert sorted(PolicyStore(tmp_path / "run" / "policies", trainer=DEV0).roots) == [0, 1, 2, 3]
+    assert main([*common, "--steps", "4", "--epsilon", "2"]) == 1
+    assert "trainer setting epsilon" in capsys.readouterr().err

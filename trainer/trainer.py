@@ -1,0 +1,219 @@
+"""The GRPO trainer: fp32 master weights and optimiser state stay here; each step publishes a bf16 version.
+
+Invariants: rewards are recomputed from the completion text and the task, never taken from a worker;
+π_old's log-probs are recomputed without grad at the start of each optimisation step (one batch), then
+`optimizer_steps` minibatch updates follow; a non-finite loss or gradient never reaches
+`optimizer.step()`: the rest of the batch is skipped and counted, and a batch with no applied update
+publishes nothing. Crash safety: the state (weights, optimiser, version) is written atomically *before*
+version v is published, and publishing is idempotent, so a restart resumes at the last saved version and
+publishes it only if it is missing: no version is published twice or skipped.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from eth_account.signers.local import LocalAccount
+from rollnet.node.delta.store import PolicyStore, Published
+from rollnet.node.errors import ConfigError
+from rollnet.node.tasks import Task
+from rollnet.trainer.advantages import group_advantages
+from rollnet.trainer.buffer import Group
+from rollnet.trainer.config import GRPOConfig
+from rollnet.trainer.logprobs import completion_logprobs
+from rollnet.trainer.loss import grpo_loss
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+STATE_FILE = "trainer-state.pt"
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StepReport:
+    version: int
+    groups: int
+    groups_without_signal: int
+    samples: int
+    mean_reward: float
+    optimizer_steps: int = 0
+    skipped_non_finite: bool = False
+    loss: float = 0.0
+    clipped_fraction: float = 0.0
+    mean_ratio: float = 1.0
+    max_ratio: float = 1.0
+    grad_norm: float = 0.0
+    staleness: list[int] = field(default_factory=list)
+    published: Published | None = None
+    seconds: float = 0.0
+
+
+def bf16_policy(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """The weights workers get: every tensor of the state dict in bf16."""
+    return {name: tensor.detach().to(torch.bfloat16).contiguous() for name, tensor in model.state_dict().items()}
+
+
+class Trainer:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task, config: GRPOConfig, *,
+                 state_dir: Path | None = None, store: PolicyStore | None = None,
+                 signer: LocalAccount | None = None):
+        if store is not None and signer is None:
+            raise ConfigError("publishing policy versions needs the trainer's signing key")
+        self.model = model.float().train()
+        self.tokenizer = tokenizer
+        self.task = task
+        self.config = config
+        self.state_dir = state_dir
+        self.store = store
+        self.signer = signer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.reference = copy.deepcopy(model).eval() if config.kl_coef > 0 else None
+        self.version = 0
+        self.skipped_batches = 0
+        self.groups_without_signal = 0
+        self._published_tensors: dict[str, torch.Tensor] | None = None
+        if state_dir is not None and (state_dir / STATE_FILE).exists():
+            self._load_state()
+        else:
+            self._save_state()
+        self._publish_if_missing()
+
+    # ------------------------------------------------------------------ state and publishing
+
+    def _save_state(self) -> None:
+        if self.state_dir is None:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        state = {
+            "version": self.version, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "skipped_batches": self.skipped_batches, "groups_without_signal": self.groups_without_signal,
+            "config": self.config.model_dump(),
+            "reference": self.reference.state_dict() if self.reference is not None else None,
+        }
+        tmp = self.state_dir / (STATE_FILE + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(self.state_dir / STATE_FILE)
+
+    def _load_state(self) -> None:
+        assert self.state_dir is not None
+        try:
+            state = torch.load(self.state_dir / STATE_FILE, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, OSError) as exc:
+            raise ConfigError(f"cannot resume from {self.state_dir / STATE_FILE}: {exc}") from None
+        if self.reference is not None and state.get("reference") is not None:
+            self.reference.load_state_dict(state["reference"])
+        self.version = int(state["version"])
+        self.skipped_batches = int(state["skipped_batches"])
+        self.groups_without_signal = int(state["groups_without_signal"])
+        log.info("resumed trainer at version %d", self.version)
+
+    def _publish_if_missing(self) -> Published | None:
+        if self.store is None:
+            return None
+        latest = self.store.latest
+        if latest is not None and latest > self.version:
+            raise ConfigError(f"the policy store holds version {latest}, newer than the trainer state "
+                              f"({self.version}): it belongs to another run")
+        if latest == self.version:
+            return None
+        assert self.signer is not None
+        tensors = bf16_policy(self.model)
+        published = self.store.publish(self.version, tensors, self.signer, previous=self._published_tensors)
+        self._published_tensors = tensors
+        return published
+
+    # ------------------------------------------------------------------ training
+
+    def rewards(self, group: Group) -> list[float]:
+        instance = self.task.instance(group.task_seed)
+        return [self.task.reward(instance, self.tokenizer.decode(r.tokens, skip_special_tokens=True))
+                for r in group.rollouts]
+
+    def train_on(self, groups: list[Group]) -> StepReport:
+        """One optimisation step (a batch of whole groups): several minibatch updates, then a new version."""
+        started = time.perf_counter()
+        samples, advantages, all_rewards, staleness = [], [], [], []
+        without_signal = 0
+        for group in groups:
+            rewards = self.rewards(group)
+            all_rewards += rewards
+            group_adv = group_advantages(rewards, self.config.advantage_epsilon)
+            if group_adv is None:
+                without_signal += 1
+                continue
+            samples += group.rollouts
+            advantages += group_adv
+            staleness += [self.version - group.version] * len(group.rollouts)
+        self.groups_without_signal += without_signal
+        report = StepReport(self.version, len(groups), without_signal, len(samples),
+                            sum(all_rewards) / max(1, len(all_rewards)), staleness=staleness)
+        if samples:
+            self._optimise(samples, torch.tensor(advantages), report)
+        if report.optimizer_steps:
+            self.version += 1
+            self._save_state()
+            report.published = self._publish_if_missing()
+            report.version = self.version
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def _logprobs(self, model: PreTrainedModel, samples: list, with_entropy: bool = False) -> tuple:
+        return completion_logprobs(model, [s.prompt_tokens for s in samples], [s.tokens for s in samples],
+                                   pad_id=self.pad_id, temperature=self.config.temperature,
+                                   with_entropy=with_entropy)
+
+    def _optimise(self, samples: list, advantages: torch.Tensor, report: StepReport) -> None:
+        config = self.config
+        with torch.no_grad():
+            old_logprobs, _, _ = self._logprobs(self.model, samples)
+            ref_logprobs = self._logprobs(self.reference, samples)[0] if self.reference is not None else None
+        if not torch.isfinite(old_logprobs).all():
+            self._skip(report, "non-finite log-probs under the current policy")
+            return
+        per_step = math.ceil(len(samples) / config.optimizer_steps)
+        losses, clipped, ratios, max_ratio, norms = [], [], [], 1.0, []
+        for start in range(0, len(samples), per_step):
+            rows = slice(start, start + per_step)
+            logprobs, mask, entropy = self._logprobs(self.model, samples[rows], with_entropy=config.entropy_coef > 0)
+            width = logprobs.shape[1]
+            loss, stats = grpo_loss(
+                logprobs, old_logprobs[rows, :width], advantages[rows], mask, epsilon=config.epsilon,
+                delta=config.delta, normalisation=config.loss_normalisation,
+                ref_logprobs=ref_logprobs[rows, :width] if ref_logprobs is not None else None,
+                kl_coef=config.kl_coef, entropy=entropy, entropy_coef=config.entropy_coef,
+            )
+            if not math.isfinite(stats.loss) or not math.isfinite(stats.max_ratio):
+                self._skip(report, f"non-finite loss or ratio (loss {stats.loss}, max ratio {stats.max_ratio})")
+                return
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
+            if not torch.isfinite(norm):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._skip(report, f"non-finite gradient norm ({float(norm)})")
+                return
+            self.optimizer.step()
+            report.optimizer_steps += 1
+            losses.append(stats.loss)
+            clipped.append(stats.clipped_fraction)
+            ratios.append(stats.mean_ratio)
+            max_ratio = max(max_ratio, stats.max_ratio)
+            norms.append(float(norm))
+        report.loss = sum(losses) / len(losses)
+        report.clipped_fraction = sum(clipped) / len(clipped)
+        report.mean_ratio = sum(ratios) / len(ratios)
+        report.max_ratio = max_ratio
+        report.grad_norm = sum(norms) / len(norms)
+
+    def _skip(self, report: StepReport, why: str) -> None:
+        self.skipped_batches += 1
+        report.skipped_non_finite = True
+        log.warning("skipping the rest of the batch at version %d: %s", self.version, why)
