@@ -17,6 +17,7 @@ from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd, 
 from rollnet.node.cli.context import CliContext, configure_logging, make_console
 from rollnet.node.errors import RollnetError
 from rollnet.trainer import cli as trainer_cli
+from rollnet.validator import cli as validator_cli
 
 app = typer.Typer(
     name="rollnet",
@@ -31,6 +32,7 @@ app.add_typer(job_cmd.app, name="job")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(rollout_cmd.app, name="rollout")
 app.add_typer(trainer_cli.app, name="trainer")
+app.add_typer(validator_cli.app, name="validator")
 app.command("devnet")(devnet)
 
 

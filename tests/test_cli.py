@@ -198,3 +198,24 @@ def test_chain_up_on_a_busy_port(data_dir: Path, capsys: pytest.CaptureFixture) 
         port = busy.getsockname()[1]
         fails_with(capsys, ["chain", "up", "--port", str(port)], rf"port {port} on 127.0.0.1 is already in use")
     assert not (data_dir / "deployment.json").exists()
+
+
+def test_validator_run_joins_once_and_resumes(chain_up: Deployment, capsys: pytest.CaptureFixture,
+                                              model_home: Path, data_dir: Path) -> None:
+    """`rollnet validator run --once`: stakes as a validator the first time, then only resumes."""
+    import shutil
+
+    shutil.copytree(model_home / "models", data_dir / "models", dirs_exist_ok=True)  # the default model
+    assert main(["job", "deploy", "--spec", str(REPO / "examples" / "job.toml"), "--budget", "1",
+                 "--dev-account", "0"]) == 0
+    fails_with(capsys, ["validator", "run", "--once", "--stake", "1", "--dev-account", "4"],
+               r"below the validator minimum of 5 ETH")
+    capsys.readouterr()
+    assert main(["validator", "run", "--once", "--stake", "6", "--dev-account", "4"]) == 0
+    first = capsys.readouterr().out
+    assert "joined as validator" in first and "validating job" in first
+    assert main(["validator", "run", "--once", "--dev-account", "4"]) == 0
+    assert "joined" not in capsys.readouterr().out
+    assert (data_dir / "validator.sqlite").exists()
+    fails_with(capsys, ["validator", "run", "--once", "--job", "0x" + "12" * 20, "--dev-account", "4"],
+               r"is not a job created by the factory")

@@ -120,6 +120,12 @@ class JobClient:
             lease_id, worker, deadline, LeaseStatus(status), first, version, acc, rej, bytes(seed), bytes(root)
         )
 
+    def policy_root(self, version: int) -> bytes:
+        return bytes(self._call("policyRoot", version))
+
+    def has_voted(self, lease_id: int, address: str) -> bool:
+        return self._call("votes", lease_id, address) != 0
+
     def owed(self, address: str) -> int:
         return self._call("owed", address)
 

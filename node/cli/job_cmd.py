@@ -10,9 +10,11 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.job import FactoryClient, JobClient
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
+from rollnet.node.config import Deployment
 from rollnet.node.errors import ConfigError
 from rollnet.node.spec import load_job_spec
 from rollnet.node.units import eth_to_wei, format_eth
@@ -49,11 +51,8 @@ def deploy(
     console.print(f"inspect it with: rollnet job status {job}")
 
 
-@app.command()
-def status(ctx: typer.Context, job: str = typer.Argument(..., help="job address, or 'latest'")) -> None:
-    """Show a job's spec, escrow, policy version and lease count."""
-    cli = get_context(ctx)
-    client, deployment = cli.client()
+def resolve_job(client: ChainClient, deployment: Deployment, job: str) -> str:
+    """A job address from an address or 'latest', checked to be one the market's factory created."""
     factory = FactoryClient(client, deployment.factory)
     if job == "latest":
         jobs = factory.jobs()
@@ -64,7 +63,15 @@ def status(ctx: typer.Context, job: str = typer.Argument(..., help="job address,
         raise ConfigError(f"{job!r} is not an address (or 'latest')")
     if not factory.is_job(job):
         raise ConfigError(f"{job} is not a job created by the factory {deployment.factory}")
-    state = JobClient(client, job).status()
+    return client.w3.to_checksum_address(job)
+
+
+@app.command()
+def status(ctx: typer.Context, job: str = typer.Argument(..., help="job address, or 'latest'")) -> None:
+    """Show a job's spec, escrow, policy version and lease count."""
+    cli = get_context(ctx)
+    client, deployment = cli.client()
+    state = JobClient(client, resolve_job(client, deployment, job)).status()
     spec = state.spec
     table = Table(title=f"job {state.address}", show_header=False)
     table.add_row("requester", state.requester)

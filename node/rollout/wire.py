@@ -25,6 +25,7 @@ class RolloutRecord(BaseModel):
     logprobs: list[float]
     text: str
     proofs: list[str]
+    reward: float | None = None  # what the worker claims; validators and the trainer recompute it
 
     @field_validator("proofs")
     @classmethod
@@ -52,15 +53,16 @@ class RolloutBatch(BaseModel):
     rollouts: list[RolloutRecord]
 
     @classmethod
-    def of(cls, task: str, rollouts: list[Rollout]) -> RolloutBatch:
+    def of(cls, task: str, rollouts: list[Rollout], rewards: list[float] | None = None) -> RolloutBatch:
         versions = {(r.policy_version, r.policy_root) for r in rollouts}
         if len(versions) > 1:
             raise ValueError("a batch holds rollouts of one policy version")
         version, root = versions.pop() if versions else (0, "")
+        claimed = rewards if rewards is not None else [None] * len(rollouts)
         return cls(schema=SCHEMA, task=task, policy_version=version, policy_root=root, rollouts=[
             RolloutRecord(task_seed=r.task_seed, sample=r.sample, prompt_tokens=r.prompt_tokens, tokens=r.tokens,
-                          logprobs=r.logprobs, text=r.text, proofs=[p.hex() for p in r.proofs])
-            for r in rollouts
+                          logprobs=r.logprobs, text=r.text, proofs=[p.hex() for p in r.proofs], reward=reward)
+            for r, reward in zip(rollouts, claimed, strict=True)
         ])
 
     def to_rollouts(self) -> list[Rollout]:

@@ -1,0 +1,83 @@
+"""A worker's signed submission for one lease: which job and lease, which policy, and the rollout batch.
+
+Wire form: UTF-8 JSON {"header": {...}, "batch": {...}, "signature": "0x..."}; the on-chain commitment is
+the object root of these exact bytes (the same root the transfer protocol fetches by). The signature is
+an EIP-191 personal signature by the lease holder over keccak256("rollnet-submission-v1" | canonical JSON
+of header and batch), so a submission cannot be replayed under another lease, job or worker without
+failing either its signature or its header check. Invariant: `parse(make(...).to_bytes())` round-trips,
+and `parse` of anything malformed raises SubmissionError naming the problem, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+
+from eth_account import Account
+from eth_account.messages import encode_defunct
+from eth_account.signers.local import LocalAccount
+from eth_utils import keccak
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rollnet.node.errors import ConfigError, RollnetError
+from rollnet.node.rollout.wire import RolloutBatch
+
+DOMAIN = b"rollnet-submission-v1"
+
+
+class SubmissionError(RollnetError):
+    """A submission that cannot be parsed or whose signature does not hold."""
+
+
+class SubmissionHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job: str
+    lease_id: int = Field(ge=0)
+    worker: str
+    policy_version: int = Field(ge=0)
+
+
+class Submission(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    header: SubmissionHeader
+    batch: dict
+    signature: str
+
+    def digest(self) -> bytes:
+        return _digest(self.header, self.batch)
+
+    def signer(self) -> str:
+        try:
+            return Account.recover_message(encode_defunct(primitive=self.digest()), signature=self.signature)
+        except Exception as exc:  # noqa: BLE001 - any malformed signature is the same mistake
+            raise SubmissionError(f"unreadable signature ({exc})") from None
+
+    def rollout_batch(self) -> RolloutBatch:
+        try:
+            return RolloutBatch.from_json(json.dumps(self.batch))
+        except ConfigError as exc:
+            raise SubmissionError(str(exc)) from None
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"header": self.header.model_dump(), "batch": self.batch, "signature": self.signature},
+                          sort_keys=True, separators=(",", ":")).encode()
+
+
+def _digest(header: SubmissionHeader, batch: dict) -> bytes:
+    body = json.dumps({"header": header.model_dump(), "batch": batch}, sort_keys=True, separators=(",", ":"))
+    return keccak(DOMAIN + body.encode())
+
+
+def make_submission(header: SubmissionHeader, batch: RolloutBatch, signer: LocalAccount) -> Submission:
+    content = json.loads(batch.to_json())
+    signature = signer.sign_message(encode_defunct(primitive=_digest(header, content))).signature.hex()
+    return Submission(header=header, batch=content, signature=signature)
+
+
+def parse_submission(data: bytes) -> Submission:
+    try:
+        return Submission.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the submission"
+        raise SubmissionError(f"malformed submission: {where}: {first['msg']}") from None

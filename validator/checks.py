@@ -1,0 +1,92 @@
+"""Everything a validator checks about one submitted batch, in order, stopping at the first failure.
+
+Invariant: a batch is accepted only if every check holds: the bytes are available and hash to the root
+on chain; the submission parses; its header names this job, this lease, the lease holder and the version
+on chain; it is signed by the lease holder, who is an active staked worker; its policy root is the one
+the trainer published for that version; its rollouts are exactly group_size samples of each leased task
+(seeds from the chain), no more and no others; every claimed reward equals the one recomputed from the
+completion tokens; and each rollout passes the prompt, seeded-sampling and TOPLOC checks at the claimed
+version. A rejection says which check failed and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rollnet.node.chain.job import Lease
+from rollnet.node.p2p.objects import object_root
+from rollnet.node.rollout.submission import SubmissionError, parse_submission
+from rollnet.node.rollout.verify import verify_rollouts
+from rollnet.node.tasks import Task
+from rollnet.node.worker import leased_instances
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+
+@dataclass(frozen=True)
+class Check:
+    accept: bool
+    reason: str
+
+
+def reject(reason: str) -> Check:
+    return Check(False, reason)
+
+
+@dataclass(frozen=True)
+class SubmissionContext:
+    """What the chain says about the submission being checked."""
+
+    job: str
+    lease: Lease
+    group_size: int
+    tasks_per_lease: int
+    policy_root: bytes  # the trainer's published root for lease.policy_version
+    worker_active: bool
+
+
+def check_submission(data: bytes | None, context: SubmissionContext, task: Task, model: PreTrainedModel,
+                     tokenizer: PreTrainedTokenizerFast) -> Check:
+    lease = context.lease
+    if data is None:
+        return reject("rollout data unavailable within the deadline")
+    if object_root(data) != lease.root:
+        return reject("the fetched bytes do not hash to the root submitted on chain")
+    try:
+        submission = parse_submission(data)
+        batch = submission.rollout_batch()
+        signer = submission.signer()
+    except SubmissionError as exc:
+        return reject(str(exc))
+    header = submission.header
+    if header.job.lower() != context.job.lower() or header.lease_id != lease.lease_id:
+        return reject(f"the submission is for job {header.job} lease {header.lease_id}, not this lease")
+    if header.worker.lower() != lease.worker.lower() or signer.lower() != lease.worker.lower():
+        return reject(f"signed by {signer}, not by the lease holder {lease.worker}")
+    if not context.worker_active:
+        return reject("the worker has no active worker stake")
+    if header.policy_version != lease.policy_version or batch.policy_version != lease.policy_version:
+        return reject(f"claims policy version {batch.policy_version}, the chain says {lease.policy_version}")
+    if batch.policy_root.lower().removeprefix("0x") != context.policy_root.hex():
+        return reject("the policy root is not the one published for that version")
+    if batch.task != task.name:
+        return reject(f"rollouts for task {batch.task!r}, the job's task is {task.name!r}")
+    expected = {(i.seed, s) for i in leased_instances(task, lease, context.tasks_per_lease)
+                for s in range(context.group_size)}
+    got = [(r.task_seed, r.sample) for r in batch.rollouts]
+    if len(got) != len(set(got)) or set(got) != expected:
+        return reject("the rollouts are not exactly group_size samples of each leased task")
+    for record in batch.rollouts:
+        recomputed = task.reward(task.instance(record.task_seed), tokenizer.decode(record.tokens,
+                                                                                  skip_special_tokens=True))
+        if record.reward is not None and abs(record.reward - recomputed) > 1e-9:
+            return reject(f"task {record.task_seed} sample {record.sample}: claimed reward {record.reward}, "
+                          f"recomputed {recomputed}")
+    vocab = model.config.vocab_size
+    rollouts = batch.to_rollouts()
+    if any(not 0 <= t < vocab for r in rollouts for t in r.prompt_tokens + r.tokens):
+        return reject("token ids outside the model's vocabulary")
+    for rollout, verdict in zip(rollouts, verify_rollouts(model, tokenizer, task, rollouts), strict=True):
+        if not verdict.ok:
+            return reject(f"task {rollout.task_seed} sample {rollout.sample}: {verdict.reason}"
+                          + (f" (at {verdict.position})" if verdict.position is not None else ""))
+    return Check(True, "ok")

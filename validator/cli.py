@@ -1,0 +1,85 @@
+"""`rollnet validator run`: stake as a validator if needed, then verify and vote on a job's submissions.
+
+Invariant: the daemon's progress lives in `<data-dir>/validator.sqlite`, so stopping and re-running the
+command resumes where it stopped, never voting twice; Ctrl-C stops it between rounds.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+from rollnet.node.chain.job import JobClient
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
+from rollnet.node.cli.job_cmd import resolve_job
+from rollnet.node.delta.store import PolicyStore
+from rollnet.node.errors import RollnetError
+from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.p2p.host import P2PNode
+from rollnet.node.p2p.identity import load_or_create_identity
+from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.tasks import load_task
+from rollnet.node.units import eth_to_wei, format_eth
+from rollnet.validator.daemon import ValidatorDaemon
+from rollnet.validator.fetch import p2p_fetcher
+from rollnet.validator.policies import StorePolicies
+from rollnet.validator.store import ValidatorStore
+
+app = typer.Typer(help="Verify rollout batches and vote on chain.", no_args_is_help=True)
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    stake: str = typer.Option("10", "--stake", help="ETH to stake if not yet registered as a validator"),
+    job: str = typer.Option("latest", "--job", help="job address, or 'latest'"),
+    task: str = typer.Option("addition-2digit", "--task", help="the job's task"),
+    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)"),
+    policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)"),
+    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr"),
+    interval: float = typer.Option(2.0, "--interval", min=0.1, help="seconds between rounds"),
+    once: bool = typer.Option(False, "--once", help="run one round and exit"),
+    key: str = KeyOption,
+    dev_account: int = DevAccountOption,
+) -> None:
+    """Follow JOB's submissions from the last processed block: fetch, check, gossip verdicts, attest."""
+    cli = get_context(ctx)
+    account = cli.signer(key, dev_account)
+    client, deployment = cli.client(account)
+    registry = RegistryClient(client, deployment.registry)
+    job_client = JobClient(client, resolve_job(client, deployment, job))
+    identity = load_or_create_identity(cli.data_dir)
+    info = registry.info(account.address)
+    if not info.registered:
+        stake_wei = eth_to_wei(stake, "--stake")
+        if stake_wei < registry.min_stake(Role.VALIDATOR):
+            raise RollnetError(f"stake {format_eth(stake_wei)} is below the validator minimum of "
+                               f"{format_eth(registry.min_stake(Role.VALIDATOR))}")
+        registry.join(identity.peer_id_bytes, Role.VALIDATOR, stake_wei)
+        console.print(f"joined as validator: {account.address} staked {format_eth(stake_wei)}")
+    elif not registry.is_active(account.address, Role.VALIDATOR):
+        raise RollnetError(f"{account.address} is registered but not an active validator: see `rollnet node status`")
+    task_def = load_task(task)
+    base, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
+    spec = job_client.spec()
+    store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"])
+    node = P2PNode(identity, ObjectStore(cli.data_dir / "objects"), gate=None, listen=listen).start()
+    try:
+        registry.set_listen_addrs([node.addr])
+        daemon = ValidatorDaemon(job_client, registry, account, task_def,
+                                 StorePolicies(store, base, tokenizer, job_client.policy_root),
+                                 p2p_fetcher(node, registry), ValidatorStore(cli.data_dir / "validator.sqlite"))
+        console.print(f"validating job {job_client.address} as {account.address} (peer {identity.peer_id})")
+        while True:
+            report = daemon.run_once()
+            if report.new_submissions or report.judged or report.attested:
+                console.print(f"new {report.new_submissions}, judged {report.judged}, attested {report.attested}")
+            if once:
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        console.print("stopped; progress is saved")
+    finally:
+        node.stop()

@@ -1,0 +1,33 @@
+"""Fetching a submitted batch over libp2p for the validator: from the worker's registered peer.
+
+Invariant: the bytes returned are exactly those whose object root was requested (the transfer protocol
+checks every chunk against the manifest of that root); a worker that cannot be reached or does not serve
+the root within the deadline yields None, which the checks turn into a rejection, never a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.p2p.host import P2PNode
+from rollnet.node.p2p.identity import b58encode
+from rollnet.validator.daemon import Fetcher
+
+log = logging.getLogger(__name__)
+
+
+def p2p_fetcher(node: P2PNode, registry: RegistryClient, timeout_s: float = 20.0) -> Fetcher:
+    def fetch(root: bytes, worker: str) -> bytes | None:
+        if node.store.complete(root):
+            return node.store.read(root)
+        try:
+            peer = b58encode(registry.info(worker).peer_id)
+            node.connect(registry.listen_addrs(worker))
+            node.fetch(root, [peer], timeout=timeout_s)
+            return node.store.read(root)
+        except Exception as exc:  # noqa: BLE001 - any failure to obtain the data is "unavailable"
+            log.info("could not fetch %s from %s: %s", root.hex()[:16], worker, exc)
+            return None
+
+    return fetch
