@@ -33,6 +33,7 @@ from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import make_console
 from rollnet.node.config import resolve_data_dir
 from rollnet.node.delta.checkpoint import content_root
+from rollnet.node.delta.store import PolicyStore
 from rollnet.node.keys import dev_account
 from rollnet.node.model.builder import _batch, build_default_model
 from rollnet.node.model.loading import load_policy
@@ -47,6 +48,7 @@ from rollnet.node.worker import leased_instances, submission_bytes
 from rollnet.trainer.trainer import bf16_policy
 from rollnet.validator.daemon import ValidatorDaemon
 from rollnet.validator.fetch import p2p_fetcher
+from rollnet.validator.policies import StorePolicies
 from rollnet.validator.store import ValidatorStore
 
 ETH = 10**18
@@ -83,8 +85,7 @@ def main() -> None:
     newer(input_ids=ids, labels=labels).loss.backward()
     optimizer.step()
     v2 = rounded(newer)
-    policies = {1: (v1, tokenizer), 2: (v2, tokenizer)}
-    roots = {v: content_root(bf16_policy(m)) for v, (m, _) in policies.items()}
+    roots = {v: content_root(bf16_policy(m)) for v, m in ((1, v1), (2, v2))}
 
     anvil = start_anvil()
     nodes: list[P2PNode] = []
@@ -112,8 +113,14 @@ def main() -> None:
                            reward_per_sample_eth="0.001", slash_eth="1", challenge_bond_eth="0.5")
         job_address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 2 * ETH)
         trainer_job = JobClient(requester, job_address)
+        # The trainer stores version 1 as an anchor and version 2 as a signed delta; validators rebuild
+        # each claimed version from them and check it against the root published on chain.
+        policy_store = PolicyStore(work / "policies", trainer=requester.address)
+        policy_store.publish(1, bf16_policy(v1), requester.account)
+        policy_store.publish(2, bf16_policy(v2), requester.account, previous=bf16_policy(v1))
         for version in (1, 2):
             trainer_job.publish_policy(version, roots[version])
+        policies = StorePolicies(policy_store, base, tokenizer, trainer_job.policy_root)
         registry = RegistryClient(requester, market.registry)
         stake_before = {case: registry.info(client.address).active for case, (client, _) in workers.items()}
 
@@ -184,7 +191,7 @@ def main() -> None:
                     return real_fetch(root, worker)
 
             return ValidatorDaemon(JobClient(client, job_address), RegistryClient(client, market.registry),
-                                   client.account, TASK, policies.get, fetch,
+                                   client.account, TASK, policies, fetch,
                                    ValidatorStore(work / name / "validator.sqlite"), publish=gossip.append)
 
         daemon("validator-a").run_once()

@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from rollnet.devnet import devnet
-from rollnet.node.cli import chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd, rollout_cmd
+from rollnet.node.cli import budget_cmd, chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd, rollout_cmd
 from rollnet.node.cli.context import CliContext, configure_logging, make_console
 from rollnet.node.errors import RollnetError
 from rollnet.trainer import cli as trainer_cli
@@ -34,6 +34,7 @@ app.add_typer(rollout_cmd.app, name="rollout")
 app.add_typer(trainer_cli.app, name="trainer")
 app.add_typer(validator_cli.app, name="validator")
 app.command("devnet")(devnet)
+app.command("budget")(budget_cmd.budget)
 
 
 @app.callback()

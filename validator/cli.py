@@ -17,7 +17,7 @@ from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
 from rollnet.node.model.loading import load_policy, resolve_model
-from rollnet.node.p2p.host import P2PNode
+from rollnet.node.p2p.host import P2PNode, topics
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore
 from rollnet.node.tasks import load_task
@@ -68,9 +68,11 @@ def run(
     node = P2PNode(identity, ObjectStore(cli.data_dir / "objects"), gate=None, listen=listen).start()
     try:
         registry.set_listen_addrs([node.addr])
+        verdict_topic = topics(job_client.address)["verdict"]
         daemon = ValidatorDaemon(job_client, registry, account, task_def,
                                  StorePolicies(store, base, tokenizer, job_client.policy_root),
-                                 p2p_fetcher(node, registry), ValidatorStore(cli.data_dir / "validator.sqlite"))
+                                 p2p_fetcher(node, registry), ValidatorStore(cli.data_dir / "validator.sqlite"),
+                                 publish=lambda data: node.publish(verdict_topic, data))
         console.print(f"validating job {job_client.address} as {account.address} (peer {identity.peer_id})")
         while True:
             report = daemon.run_once()
