@@ -45,6 +45,8 @@ from rollnet.node.spec import JobSpecFile
 from rollnet.node.tasks import load_task
 from rollnet.node.verdicts import VerdictBook, seal_verdict
 from rollnet.node.worker import leased_instances, submission_bytes
+from rollnet.trainer.admission import admit_submission
+from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.trainer import bf16_policy
 from rollnet.validator.daemon import ValidatorDaemon
 from rollnet.validator.fetch import p2p_fetcher
@@ -126,6 +128,7 @@ def main() -> None:
 
         # ---------------------------------------------------------------- workers submit
         submitted: dict[str, int] = {}
+        submitted_bytes: dict[str, bytes] = {}
         honest_bytes = b""
         for case in CASES:
             client, node = workers[case]
@@ -172,6 +175,7 @@ def main() -> None:
                 node.store.put(data)
             job.submit(lease.lease_id, root, 2)
             submitted[case] = lease.lease_id
+            submitted_bytes[case] = data
 
         # ---------------------------------------------------------------- validators judge and vote
         book = VerdictBook(job_address, spec.quorum, lambda v: registry.is_active(v, Role.VALIDATOR))
@@ -208,6 +212,14 @@ def main() -> None:
                               True, "ok", workers["honest"][0].account)  # a worker is not a validator
         book.add(forged)
 
+        # The trainer's buffer takes a batch only with the verdict quorum (and the bytes matching the root).
+        buffer = RolloutBuffer(spec.group_size, spec.max_staleness, v2.config.vocab_size)
+        buffer.advance(2)
+        trainer_admitted = {case: admit_submission(submitted_bytes[case], lease_id,
+                                                   JobClient(requester, job_address).lease(lease_id).root, book,
+                                                   buffer)["admitted"]
+                            for case, lease_id in submitted.items()}
+
         # ---------------------------------------------------------------- settle
         chain = JobClient(requester, job_address)
         decided = {case: chain.lease(lease_id).status for case, lease_id in submitted.items()}
@@ -238,6 +250,7 @@ def main() -> None:
                 "stake_after_wei": stake_before[case] - slashed, "reasons": reasons,
                 "votes": [votes_per.get((lease_id, v), 0) for v in validator_addresses],
                 "admitted_by_trainer": book.admitted(lease_id, lease.root),
+                "trainer_buffer_admitted": trainer_admitted[case],
             })
         honest = next(c for c in cases if c["honest"])
         report = {
@@ -254,13 +267,13 @@ def main() -> None:
         anvil.stop()
 
     table = Table(title="adversarial workers: 1 lease each (2 tasks x 4 samples), 2 validators, quorum 2")
-    for column in ("case", "decided", "final", "slashed ETH", "paid ETH", "votes A/B", "trainer admits",
+    for column in ("case", "decided", "final", "slashed ETH", "paid ETH", "votes A/B", "trainer buffer",
                    "first reason"):
         table.add_column(column)
     for case in [honest, *report["cases"]]:
         table.add_row(case["name"], case["decided"], case["final_status"], f"{case['slashed_wei'] / ETH:g}",
                       f"{case['paid_wei'] / ETH:g}", "/".join(map(str, case["votes"])),
-                      str(case["admitted_by_trainer"]), (case["reasons"] or [""])[0][:60])
+                      str(case["trainer_buffer_admitted"]), (case["reasons"] or [""])[0][:60])
     console.print(table)
     console.print(f"every vote exactly once: {report['every_vote_exactly_once']}; validator B killed after "
                   f"{killed_after} fetches, restarted: judged {restarted.judged}, attested {restarted.attested}")

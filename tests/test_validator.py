@@ -24,7 +24,7 @@ def test_adversaries_are_rejected_and_slashed_and_the_honest_worker_is_paid(tmp_
     for case in report["cases"]:
         assert case["decided"] == "rejected" and case["final_status"] == "slashed", case
         assert case["rejected"] == 1 and case["slashed_wei"] == 10**18 and case["paid_wei"] == 0, case
-        assert not case["admitted_by_trainer"], case
+        assert not case["admitted_by_trainer"] and case["trainer_buffer_admitted"] == 0, case
     reasons = {case["name"]: " ".join(case["reasons"]) for case in report["cases"]}
     assert "seeded sampler" in reasons["tokens not chosen by the seeded sampler"]
     for case in ("substituted model (1e-3 noise)", "precision change (bf16)", "over-stale policy claimed as current"):
@@ -36,6 +36,7 @@ def test_adversaries_are_rejected_and_slashed_and_the_honest_worker_is_paid(tmp_
     assert "not this lease" in reasons["replayed earlier submission"]
     honest = report["honest"]
     assert honest["final_status"] == "paid" and honest["admitted_by_trainer"]
+    assert honest["trainer_buffer_admitted"] == 8  # 2 tasks x 4 samples reach the trainer's buffer
     assert report["honest_paid_wei"] == report["lease_cost_wei"] and report["honest_slashed_wei"] == 0
     assert report["every_vote_exactly_once"]  # including the validator killed mid-verification
     assert report["validator_b_after_restart"]["judged"] == 10 - report["validator_b_killed_after_fetches"]
@@ -126,3 +127,19 @@ def test_policies_come_from_anchor_plus_deltas_and_must_match_the_chain(tmp_path
     liar = StorePolicies(store, base, tokenizer, lambda v: b"\x01" * 32)
     with pytest.raises(ConfigError, match="differs from the root published on chain"):
         liar(1)
+
+
+def test_the_trainer_gate_needs_quorum_and_matching_bytes() -> None:
+    from rollnet.node.p2p.objects import object_root
+    from rollnet.trainer.admission import admit_submission
+    from rollnet.trainer.buffer import RolloutBuffer
+
+    data = b'{"header": {}}'
+    root = object_root(data)
+    book = VerdictBook(JOB, quorum=1, is_active_validator=lambda v: v == VALIDATOR.address)
+    buffer = RolloutBuffer(4, 4, 16)
+    assert admit_submission(data, 3, root, book, buffer) == {"no quorum": 1}
+    book.add(seal_verdict(JOB, 3, root, True, "ok", VALIDATOR))
+    assert admit_submission(data + b" ", 3, root, book, buffer) == {"refused": 1}  # not the bytes voted on
+    assert admit_submission(data, 3, root, book, buffer) == {"refused": 1}  # accepted, yet unparseable
+    assert buffer.counts.admitted == 0
