@@ -9,7 +9,9 @@ inflated claimed rewards, withheld data, and rollouts for prompts other than the
 B is killed mid-verification and restarted from its store. Every lease is then decided, the challenge
 window passes, and each lease is finalized: the honest worker must be paid in full and never slashed,
 every adversary rejected and slashed. Also: each validator's vote appears exactly once per lease on chain,
-and the trainer's verdict book admits exactly the honest batch.
+and the trainer's verdict book admits exactly the honest batch. Then, on a second job, two lazy validators
+accept a cheat without checking and reach quorum first; validator A (who did not vote) challenges, the
+arbiter re-checks and overturns, and A's daemon slashes both lazy voters.
 
 Usage: python bench/adversaries.py [--quick] [--json PATH]
 """
@@ -48,6 +50,7 @@ from rollnet.node.worker import leased_instances, submission_bytes
 from rollnet.trainer.admission import admit_submission
 from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.trainer import bf16_policy
+from rollnet.validator.checks import SubmissionContext, check_submission
 from rollnet.validator.daemon import ValidatorDaemon
 from rollnet.validator.fetch import p2p_fetcher
 from rollnet.validator.policies import StorePolicies
@@ -212,6 +215,56 @@ def main() -> None:
                               True, "ok", workers["honest"][0].account)  # a worker is not a validator
         book.add(forged)
 
+        # ---------------------------------------------------------------- lazy validators, caught by a challenge
+        # A second job where two validators accept without checking and reach quorum on a cheat first. The
+        # honest validator A, who did not get to vote, challenges; the arbiter re-checks and overturns; A's
+        # daemon then slashes both lazy voters (their stake goes to A, the challenger).
+        job2 = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 2 * ETH)
+        for version in (1, 2):
+            JobClient(requester, job2).publish_policy(version, roots[version])
+        lazy = [ChainClient(anvil.url, dev_account(i)) for i in (13, 14)]
+        for index, client in enumerate(lazy):
+            RegistryClient(client, market.registry).join(f"lazy-{index}".encode(), Role.VALIDATOR, 10 * ETH)
+        lazy_before = [registry.info(c.address).active for c in lazy]
+        cheat_client, cheat_node = host("worker-collusion", 15, Role.WORKER, 5 * ETH)
+        cheat_job = JobClient(cheat_client, job2)
+        cheat_lease = cheat_job.claim()
+        noisy = copy.deepcopy(v2)
+        with torch.no_grad():
+            for parameter in noisy.parameters():
+                parameter.mul_(1 + 1e-3 * torch.randn_like(parameter))
+        cheat_rollouts = generate(noisy, tokenizer, leased_instances(TASK, cheat_lease, spec.tasks_per_lease),
+                                  spec.group_size, max_new_tokens=6, policy_version=2, policy_root=roots[2].hex())
+        cheat_data = submission_bytes(job2, cheat_lease, cheat_client.account, TASK, cheat_rollouts, 2)
+        cheat_node.store.put(cheat_data)
+        cheat_job.submit(cheat_lease.lease_id, object_root(cheat_data), 2)
+        cheat_stake_before = registry.info(cheat_client.address).active
+        for client in lazy:
+            JobClient(client, job2).attest(cheat_lease.lease_id, True)
+        client_a, node_a = validators["validator-a"]
+        challenger = ValidatorDaemon(JobClient(client_a, job2), RegistryClient(client_a, market.registry),
+                                     client_a.account, TASK, policies,
+                                     p2p_fetcher(node_a, RegistryClient(client_a, market.registry), timeout_s=5),
+                                     ValidatorStore(work / "validator-a" / "job2.sqlite"))
+        balance_a_before = requester.balance(client_a.address)
+        first_round = challenger.run_once()
+        arbiter = JobClient(requester, job2)
+        arbiter_check = check_submission(cheat_data, SubmissionContext(
+            job2, arbiter.lease(cheat_lease.lease_id), spec.group_size, spec.tasks_per_lease, roots[2], True),
+            TASK, *policies(2))
+        arbiter.resolve(cheat_lease.lease_id, arbiter_check.accept)
+        second_round = challenger.run_once()
+        state = arbiter.challenge_state(cheat_lease.lease_id)
+        collusion = {
+            "challenged": first_round.challenged, "overturned": state.overturned,
+            "arbiter_reason": arbiter_check.reason, "lazy_voters_slashed": second_round.slashed_voters,
+            "lazy_stake_before_wei": lazy_before,
+            "lazy_stake_after_wei": [registry.info(c.address).active for c in lazy],
+            "cheat_worker_slashed_wei": cheat_stake_before - registry.info(cheat_client.address).active,
+            "challenger_balance_change_wei": requester.balance(client_a.address) - balance_a_before,
+            "final_status": arbiter.lease(cheat_lease.lease_id).status.name.lower(),
+        }
+
         # The trainer's buffer takes a batch only with the verdict quorum (and the bytes matching the root).
         buffer = RolloutBuffer(spec.group_size, spec.max_staleness, v2.config.vocab_size)
         buffer.advance(2)
@@ -259,7 +312,7 @@ def main() -> None:
             "lease_cost_wei": lease_cost, "validator_b_killed_after_fetches": killed_after,
             "validator_b_after_restart": {"judged": restarted.judged, "attested": restarted.attested},
             "every_vote_exactly_once": all(n == 1 for c in cases for n in c["votes"]),
-            "gossiped_verdicts": len(gossip), "seconds": time.perf_counter() - started,
+            "gossiped_verdicts": len(gossip), "collusion": collusion, "seconds": time.perf_counter() - started,
         }
     finally:
         for node in nodes:
@@ -275,6 +328,12 @@ def main() -> None:
                       f"{case['paid_wei'] / ETH:g}", "/".join(map(str, case["votes"])),
                       str(case["trainer_buffer_admitted"]), (case["reasons"] or [""])[0][:60])
     console.print(table)
+    lazy = report["collusion"]
+    before = [w / ETH for w in lazy["lazy_stake_before_wei"]]
+    after = [w / ETH for w in lazy["lazy_stake_after_wei"]]
+    console.print(f"lazy validators: challenged {lazy['challenged']}, overturned {lazy['overturned']}, "
+                  f"{lazy['lazy_voters_slashed']} voters slashed (stake {before} -> {after} ETH), cheat worker "
+                  f"slashed {lazy['cheat_worker_slashed_wei'] / ETH:g} ETH")
     console.print(f"every vote exactly once: {report['every_vote_exactly_once']}; validator B killed after "
                   f"{killed_after} fetches, restarted: judged {restarted.judged}, attested {restarted.attested}")
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,12 @@ def test_adversaries_are_rejected_and_slashed_and_the_honest_worker_is_paid(tmp_
     assert report["honest_paid_wei"] == report["lease_cost_wei"] and report["honest_slashed_wei"] == 0
     assert report["every_vote_exactly_once"]  # including the validator killed mid-verification
     assert report["validator_b_after_restart"]["judged"] == 10 - report["validator_b_killed_after_fetches"]
+    lazy = report["collusion"]  # two validators accepted a cheat unchecked; the honest one challenged
+    assert lazy["challenged"] == 1 and lazy["overturned"] and lazy["final_status"] == "slashed"
+    assert lazy["lazy_voters_slashed"] == 2 and lazy["cheat_worker_slashed_wei"] == 10**18
+    assert [b - a for b, a in zip(lazy["lazy_stake_before_wei"], lazy["lazy_stake_after_wei"], strict=True)] == [
+        10**18, 10**18]
+    assert lazy["challenger_balance_change_wei"] > 10**18  # two slashed stakes, less the 0.5 ETH bond and gas
 
 
 def lease(root: bytes = b"\x01" * 32) -> Lease:

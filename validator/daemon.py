@@ -4,7 +4,9 @@ Invariants (with the store's): every BatchSubmitted event is recorded exactly on
 once; a verdict is signed and handed to `publish` (the signed verdict envelope, for gossip) as soon as it
 is written, before any block; votes go out in `attestBatch` transactions, and before each one the chain is
 asked whether this validator already voted, so a crash at any point neither loses nor duplicates a vote;
-chain errors back off and retry rather than skip.
+chain errors back off and retry rather than skip. A decision that contradicts this validator's verdict,
+on a lease it did not vote on, is challenged with the bond inside the window; once a challenge of its own
+is resolved as overturned, it slashes every validator who voted the losing way (the Schelling incentive).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class RoundReport:
     new_submissions: int = 0
     judged: int = 0
     attested: int = 0
+    challenged: int = 0
+    slashed_voters: int = 0
 
 
 class ValidatorDaemon:
@@ -118,8 +122,49 @@ class ValidatorDaemon:
         self.store.mark_attested(self.job.address, already + list(votes))
         return len(votes)
 
+    def challenge_wrong_decisions(self) -> int:
+        """Challenge (with the bond) every decision that contradicts this validator's verdict, where it did
+        not vote (a voter may not challenge) and the challenge window is still open."""
+        challenged = 0
+        now = self._retrying(self._chain_time)
+        for row in self.store.all(self.job.address):
+            if row.accept is None:
+                continue
+            lease = self._retrying(self.job.lease, row.lease_id)
+            if lease.status not in (LeaseStatus.ACCEPTED, LeaseStatus.REJECTED) or now > lease.deadline:
+                continue
+            if (lease.status is LeaseStatus.ACCEPTED) == row.accept:
+                continue
+            if self._retrying(self.job.has_voted, row.lease_id, self.account.address):
+                continue
+            log.warning("lease %d was decided %s against our verdict (%s): challenging", row.lease_id,
+                        lease.status.name.lower(), row.reason)
+            self._retrying(self.job.challenge, row.lease_id, self.spec["challenge_bond"])
+            challenged += 1
+        return challenged
+
+    def slash_losing_voters(self) -> int:
+        """After a challenge of ours overturned a decision, slash each validator who voted the losing way
+        (their stake goes to the challenger)."""
+        slashed = 0
+        for row in self.store.all(self.job.address):
+            state = self._retrying(self.job.challenge_state, row.lease_id)
+            if state.challenger.lower() != self.account.address.lower() or not (state.resolved and state.overturned):
+                continue
+            losing_vote = 1 if state.original_accepted else 2
+            for validator in self._retrying(self.job.voters, row.lease_id):
+                if self._retrying(self.job.vote_of, row.lease_id, validator) == losing_vote:
+                    self._retrying(self.job.slash_voter, row.lease_id, validator)
+                    slashed += 1
+        return slashed
+
+    def _chain_time(self) -> int:
+        return self.job.client.w3.eth.get_block("latest")["timestamp"]
+
     def run_once(self) -> RoundReport:
         report = RoundReport(new_submissions=self.follow_events())
         report.judged = self.judge_pending()
         report.attested = self.attest_pending()
+        report.challenged = self.challenge_wrong_decisions()
+        report.slashed_voters = self.slash_losing_voters()
         return report

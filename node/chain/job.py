@@ -47,6 +47,15 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class ChallengeState:
+    challenger: str
+    deadline: int
+    original_accepted: bool
+    resolved: bool
+    overturned: bool
+
+
+@dataclass(frozen=True)
 class JobStatus:
     address: str
     requester: str
@@ -123,8 +132,12 @@ class JobClient:
     def policy_root(self, version: int) -> bytes:
         return bytes(self._call("policyRoot", version))
 
+    def vote_of(self, lease_id: int, address: str) -> int:
+        """0 none, 1 accept, 2 reject, 3 slashed after losing a challenge."""
+        return int(self._call("votes", lease_id, address))
+
     def has_voted(self, lease_id: int, address: str) -> bool:
-        return self._call("votes", lease_id, address) != 0
+        return self.vote_of(lease_id, address) != 0
 
     def owed(self, address: str) -> int:
         return self._call("owed", address)
@@ -161,6 +174,18 @@ class JobClient:
 
     def resolve(self, lease_id: int, accept: bool) -> TxReceipt:
         return self._send("resolve", lease_id, accept)
+
+    def challenge_state(self, lease_id: int) -> ChallengeState:
+        challenger, deadline, original_accepted, resolved, overturned = self._call("challenges", lease_id)
+        return ChallengeState(challenger, deadline, original_accepted, resolved, overturned)
+
+    def voters(self, lease_id: int) -> dict[str, bool]:
+        """Each validator's vote on a lease (True = accept), from its Attested events."""
+        logs = self.client.events(self.contract, "Attested", 0)
+        return {log["args"]["validator"]: log["args"]["accept"] for log in logs if log["args"]["leaseId"] == lease_id}
+
+    def slash_voter(self, lease_id: int, validator: str) -> TxReceipt:
+        return self._send("slashVoter", lease_id, validator)
 
     def withdraw_payment(self) -> TxReceipt:
         return self._send("withdrawPayment")
