@@ -39,6 +39,7 @@ from rollnet.node.delta.store import PolicyStore
 from rollnet.node.keys import dev_account
 from rollnet.node.model.builder import _batch, build_default_model
 from rollnet.node.model.loading import load_policy
+from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore, object_root
@@ -53,7 +54,6 @@ from rollnet.trainer.trainer import bf16_policy
 from rollnet.validator.checks import SubmissionContext, check_submission
 from rollnet.validator.daemon import ValidatorDaemon
 from rollnet.validator.fetch import p2p_fetcher
-from rollnet.validator.policies import StorePolicies
 from rollnet.validator.store import ValidatorStore
 
 ETH = 10**18

@@ -219,3 +219,51 @@ def test_validator_run_joins_once_and_resumes(chain_up: Deployment, capsys: pyte
     assert (data_dir / "validator.sqlite").exists()
     fails_with(capsys, ["validator", "run", "--once", "--job", "0x" + "12" * 20, "--dev-account", "4"],
                r"is not a job created by the factory")
+
+
+def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment, data_dir: Path, model_home: Path,
+                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """`node work` claims a lease, generates at the published policy and serves the batch over libp2p;
+    two `validator run --once` fetch it, verify it and vote; the batch is accepted on chain."""
+    import threading
+    import time
+
+    from rollnet.node.chain.client import ChainClient
+    from rollnet.node.chain.job import JobClient, LeaseStatus
+    from rollnet.node.delta.checkpoint import content_root
+    from rollnet.node.delta.store import PolicyStore
+    from rollnet.node.keys import dev_account
+    from rollnet.node.model.loading import load_policy
+    from rollnet.trainer.trainer import bf16_policy
+
+    monkeypatch.setenv("ROLLNET_DEPLOYMENT", str(data_dir / "deployment.json"))
+    (model,) = (model_home / "models").glob("addition-2digit-*")
+    assert main(["job", "deploy", "--spec", str(REPO / "examples" / "job.toml"), "--budget", "1",
+                 "--dev-account", "0"]) == 0
+    trainer = dev_account(0)
+    job = JobClient(ChainClient(chain_up.rpc_url, trainer), re.search(
+        r"job (0x[0-9a-fA-F]{40}) created", capsys.readouterr().out).group(1))
+    weights = bf16_policy(load_policy(model)[0])
+    PolicyStore(tmp_path / "policies", trainer=trainer.address).publish(1, weights, trainer)
+    job.publish_policy(1, content_root(weights))
+    common = ["--model", str(model), "--policies", str(tmp_path / "policies")]
+    worker = ["--data-dir", str(tmp_path / "worker")]
+    assert main([*worker, "node", "join", "--stake", "10", "--dev-account", "1"]) == 0
+    codes: list[int] = []
+    serving = threading.Thread(target=lambda: codes.append(main([*worker, "node", "work", "--leases", "1", "--serve",
+                                                                  "30", "--dev-account", "1", *common])))
+    serving.start()
+    deadline = time.monotonic() + 120
+    while not job.client.events(job.contract, "BatchSubmitted", 0) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    (submitted,) = job.client.events(job.contract, "BatchSubmitted", 0)
+    lease_id = submitted["args"]["leaseId"]
+    for index in (2, 3):
+        assert main(["--data-dir", str(tmp_path / f"validator-{index}"), "validator", "run", "--once", "--stake", "6",
+                     "--dev-account", str(index), *common]) == 0
+    assert job.lease(lease_id).status is LeaseStatus.ACCEPTED
+    serving.join(timeout=60)
+    assert codes == [0]
+    out = capsys.readouterr().out
+    assert "64 rollouts at version 1" in out and "judged 1, attested 1" in out

@@ -111,8 +111,8 @@ def test_policies_come_from_anchor_plus_deltas_and_must_match_the_chain(tmp_path
     from rollnet.node.delta.store import PolicyStore
     from rollnet.node.errors import ConfigError
     from rollnet.node.model.loading import load_policy
+    from rollnet.node.model.policies import StorePolicies
     from rollnet.trainer.trainer import bf16_policy
-    from rollnet.validator.policies import StorePolicies
 
     (folder,) = (model_home / "models").glob("addition-2digit-*")
     base, tokenizer = load_policy(folder)

@@ -17,6 +17,7 @@ from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
 from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.host import P2PNode, topics
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore
@@ -24,7 +25,6 @@ from rollnet.node.tasks import load_task
 from rollnet.node.units import eth_to_wei, format_eth
 from rollnet.validator.daemon import ValidatorDaemon
 from rollnet.validator.fetch import p2p_fetcher
-from rollnet.validator.policies import StorePolicies
 from rollnet.validator.store import ValidatorStore
 
 app = typer.Typer(help="Verify rollout batches and vote on chain.", no_args_is_help=True)

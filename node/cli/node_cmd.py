@@ -1,21 +1,32 @@
-"""`rollnet node join|status|unbond|withdraw`: a contributor's stake and identity on chain.
+"""`rollnet node join|status|unbond|withdraw|work`: a contributor's stake and identity on chain, and its work.
 
 Invariant: `join` registers the libp2p peer ID of this data directory's identity, so the address and the
-peer the node answers as are bound on chain; stake checks happen before any transaction is sent.
+peer the node answers as are bound on chain; stake checks happen before any transaction is sent; `work`
+generates only with a policy version whose weights match the root published on chain.
 """
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import typer
 from rich.table import Table
+from rollnet.node.chain.job import JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
+from rollnet.node.cli.job_cmd import resolve_job
+from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
+from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.model.policies import StorePolicies
+from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import b58encode, load_or_create_identity
+from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.tasks import load_task
 from rollnet.node.units import eth_to_wei, format_eth
+from rollnet.node.worker import work_lease
 
 app = typer.Typer(help="Register this node (stake), inspect it, unbond and withdraw.", no_args_is_help=True)
 
@@ -107,3 +118,52 @@ def withdraw(ctx: typer.Context, key: str = KeyOption, dev_account: int = DevAcc
     amount = registry.info(registry.client.address).unbonding
     registry.withdraw()
     console.print(f"withdrew {format_eth(amount)}")
+
+
+@app.command()
+def work(
+    ctx: typer.Context,
+    job: str = typer.Option("latest", "--job", help="job address, or 'latest'"),
+    leases: int = typer.Option(1, "--leases", min=1, help="leases to claim, generate and submit"),
+    serve: float = typer.Option(60.0, "--serve", min=0, help="seconds to keep serving the batches afterwards"),
+    task: str = typer.Option("addition-2digit", "--task", help="the job's task"),
+    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)"),
+    policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)"),
+    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr"),
+    key: str = KeyOption,
+    dev_account: int = DevAccountOption,
+) -> None:
+    """Claim leases, generate seeded and proven rollouts at the current policy, submit their roots, and
+    serve the batches over libp2p so validators can fetch them."""
+    cli = get_context(ctx)
+    account = cli.signer(key, dev_account)
+    client, deployment = cli.client(account)
+    registry = RegistryClient(client, deployment.registry)
+    if not registry.is_active(account.address, Role.WORKER):
+        raise RollnetError(f"{account.address} is not an active worker: run `rollnet node join --stake ETH`")
+    job_client = JobClient(client, resolve_job(client, deployment, job))
+    task_def = load_task(task)
+    base, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
+    spec = job_client.spec()
+    versions = StorePolicies(PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"]), base,
+                             tokenizer, job_client.policy_root)
+    node = P2PNode(load_or_create_identity(cli.data_dir), ObjectStore(cli.data_dir / "objects"), gate=None,
+                   listen=listen).start()
+    try:
+        registry.set_listen_addrs([node.addr])
+        for _ in range(leases):
+            version = job_client.status().current_version
+            if version == 0:
+                raise RollnetError("the trainer has not published a policy version for this job yet")
+            policy, _ = versions(version)
+            lease = job_client.claim()
+            done = work_lease(job_client, lease, account, task_def, policy, tokenizer, node.store,
+                              policy_version=version, policy_root=job_client.policy_root(version).hex())
+            console.print(f"lease {done.lease_id}: {len(done.rollouts)} rollouts at version {version}, "
+                          f"root {done.root.hex()[:16]}... submitted")
+        console.print(f"serving the batches as {node.peer_id} for {serve:g} s")
+        time.sleep(serve)
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        node.stop()

@@ -1,4 +1,4 @@
-"""Policy versions for verification: reconstructed from a policy store (anchor checkpoint plus signed
+"""Policy versions for workers and validators: reconstructed from a policy store (anchor checkpoint plus signed
 deltas) and checked against the root the trainer published on chain.
 
 Invariant: the model returned for version v has exactly the bf16 weights whose content root the job
