@@ -52,3 +52,11 @@ class CorruptDelta(DeltaError):
 
 class BadSignature(DeltaError):
     """The delta is not signed by the expected trainer."""
+
+
+def first_validation_problem(exc: Exception) -> str:
+    """'field.path: message' for the first problem of a pydantic ValidationError, for one-line errors."""
+    errors = exc.errors()  # type: ignore[attr-defined]
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the input"
+    return f"{where}: {first['msg']}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from rollnet.node.errors import ConfigError
+from rollnet.node.errors import ConfigError, first_validation_problem
 
 
 class GRPOConfig(BaseModel):
@@ -46,6 +46,4 @@ class GRPOConfig(BaseModel):
         try:
             return cls(**fields)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "config"
-            raise ConfigError(f"trainer setting {where}: {first['msg']}") from None
+            raise ConfigError(f"trainer setting {first_validation_problem(exc)}") from None

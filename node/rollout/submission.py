@@ -17,7 +17,7 @@ from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from rollnet.node.errors import ConfigError, RollnetError
+from rollnet.node.errors import ConfigError, RollnetError, first_validation_problem
 from rollnet.node.rollout.wire import RolloutBatch
 
 DOMAIN = b"rollnet-submission-v1"
@@ -78,6 +78,4 @@ def parse_submission(data: bytes) -> Submission:
     try:
         return Submission.model_validate_json(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the submission"
-        raise SubmissionError(f"malformed submission: {where}: {first['msg']}") from None
+        raise SubmissionError(f"malformed submission: {first_validation_problem(exc)}") from None

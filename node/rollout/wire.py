@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rollnet.node import toploc
-from rollnet.node.errors import ConfigError
+from rollnet.node.errors import ConfigError, first_validation_problem
 from rollnet.node.rollout.generate import Rollout
 
 SCHEMA = "rollnet-rollouts-v1"
@@ -78,9 +78,7 @@ class RolloutBatch(BaseModel):
         try:
             batch = cls.model_validate_json(text)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "the file"
-            raise ConfigError(f"malformed rollout batch: {where}: {first['msg']}") from None
+            raise ConfigError(f"malformed rollout batch: {first_validation_problem(exc)}") from None
         if batch.schema_ != SCHEMA:
             raise ConfigError(f"unknown rollout schema {batch.schema_!r} (expected {SCHEMA})")
         return batch
