@@ -1,6 +1,7 @@
 """Maps the card's top-level folders onto the `rollnet` import namespace.
 
-Invariant: every package under node/, validator/ and trainer/ ships as rollnet.<folder>.<sub>;
+Invariant: every package under node/, validator/ and trainer/ ships as rollnet.<folder>.<sub>, and the
+composer's own sub-packages (rollnet/devnet) as rollnet.<sub>;
 tests/test_packaging.py builds the wheel and checks it.
 """
 
@@ -8,7 +9,7 @@ from setuptools import find_packages, setup
 
 ROLE_FOLDERS = ("node", "validator", "trainer")
 
-packages = ["rollnet"]
+packages = ["rollnet", *(f"rollnet.{sub}" for sub in find_packages("rollnet"))]
 package_dir = {"rollnet": "rollnet"}
 for folder in ROLE_FOLDERS:
     packages.append(f"rollnet.{folder}")

@@ -37,9 +37,11 @@ from rollnet.node.config import resolve_data_dir
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.keys import dev_account
+from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.builder import _batch, build_default_model
 from rollnet.node.model.loading import load_policy
 from rollnet.node.model.policies import StorePolicies
+from rollnet.node.p2p.fetch import p2p_fetcher
 from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore, object_root
@@ -53,8 +55,6 @@ from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.trainer import bf16_policy
 from rollnet.validator.checks import SubmissionContext, check_submission
 from rollnet.validator.daemon import ValidatorDaemon
-from rollnet.validator.fetch import p2p_fetcher
-from rollnet.validator.store import ValidatorStore
 
 ETH = 10**18
 TASK = load_task("addition-2digit")
@@ -199,7 +199,7 @@ def main() -> None:
 
             return ValidatorDaemon(JobClient(client, job_address), RegistryClient(client, market.registry),
                                    client.account, TASK, policies, fetch,
-                                   ValidatorStore(work / name / "validator.sqlite"), publish=gossip.append)
+                                   SubmissionLedger(work / name / "validator.sqlite"), publish=gossip.append)
 
         daemon("validator-a").run_once()
         killed_after = 4
@@ -208,6 +208,11 @@ def main() -> None:
         except KeyboardInterrupt:
             pass
         restarted = daemon("validator-b").run_once()
+        # Data that cannot be fetched is retried for half the vote window before it counts as withheld.
+        requester.rpc("evm_increaseTime", [spec.vote_seconds // 2 + 1])
+        requester.rpc("evm_mine", [])
+        for name in validators:
+            daemon(name).run_once()
         for data in gossip:
             book.add(data)
         forged = seal_verdict(job_address, submitted["inflated claimed rewards"],
@@ -245,7 +250,7 @@ def main() -> None:
         challenger = ValidatorDaemon(JobClient(client_a, job2), RegistryClient(client_a, market.registry),
                                      client_a.account, TASK, policies,
                                      p2p_fetcher(node_a, RegistryClient(client_a, market.registry), timeout_s=5),
-                                     ValidatorStore(work / "validator-a" / "job2.sqlite"))
+                                     SubmissionLedger(work / "validator-a" / "job2.sqlite"))
         balance_a_before = requester.balance(client_a.address)
         first_round = challenger.run_once()
         arbiter = JobClient(requester, job2)
@@ -293,7 +298,7 @@ def main() -> None:
             lease = chain.lease(lease_id)
             slashed = stake_before[case] - registry.info(client.address).active
             reasons = sorted({row.reason for name in validators
-                              for row in ValidatorStore(work / name / "validator.sqlite").all(job_address)
+                              for row in SubmissionLedger(work / name / "validator.sqlite").all(job_address)
                               if row.lease_id == lease_id})
             cases.append({
                 "name": case, "honest": case == "honest", "submissions": 1,

@@ -13,6 +13,10 @@ class ConfigError(RollnetError):
     """A configuration or spec file is missing, malformed or out of range."""
 
 
+class PolicyUnavailable(ConfigError):
+    """This node does not (yet) hold the policy version asked for."""
+
+
 class KeystoreError(RollnetError):
     """A keystore is missing, unreadable, or its password is wrong."""
 

@@ -4,15 +4,30 @@ rollouts at the current policy, a signed submission stored for peers to fetch, a
 Invariant: the tasks are exactly the lease's (task i's seed is keccak(leaseSeed, i), read from the
 chain, never chosen by the worker); the root submitted on chain is the object root of the stored bytes,
 so anyone fetching that root gets exactly what was signed.
+
+The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's,
+and never with one older than the job's staleness bound allows (it waits for the next delta instead);
+it keeps at most `max_undecided` submissions waiting for a decision (back-pressure: when validators fall
+behind, new batches would only grow stale in their queue);
+every claim, submission and keeper action is one event in its log. Keeper duties anyone may do (return
+expired leases to the queue, settle decided batches after their challenge window, lapse batches that
+missed quorum) keep the market moving when a participant dies; a lost race for them is harmless.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from eth_account.signers.local import LocalAccount
-from rollnet.node.chain.job import JobClient, Lease
-from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.chain.job import JobClient, Lease, LeaseStatus
+from rollnet.node.errors import ChainUnavailable, ContractRevert
+from rollnet.node.events import EventLog
+from rollnet.node.model.policies import StorePolicies
+from rollnet.node.p2p.objects import ObjectStore, object_root
+from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.rollout.generate import Rollout, generate
 from rollnet.node.rollout.submission import SubmissionHeader, make_submission
 from rollnet.node.rollout.wire import RolloutBatch
@@ -41,13 +56,145 @@ def submission_bytes(job: str, lease: Lease, worker: LocalAccount, task: Task, r
     return make_submission(header, RolloutBatch.of(task.name, rollouts, rewards), worker).to_bytes()
 
 
+@dataclass(frozen=True)
+class Tamper:
+    """How a demonstration cheater departs from honest work (the devnet's `--cheater`); honest by default."""
+
+    model: Callable[[PreTrainedModel], PreTrainedModel] = lambda model: model
+    rollouts: Callable[[list[Rollout]], list[float] | None] = lambda rollouts: None  # claimed rewards, or recompute
+    withhold: bool = False
+
+
+HONEST = Tamper()
+# Demonstration cheats by name; empty unless the devnet's cheater module registered them (see rollnet.devnet.cheats).
+TAMPERS: dict[str, Callable[[PreTrainedTokenizerFast], Tamper]] = {}
+log = logging.getLogger(__name__)
+
+
 def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, model: PreTrainedModel,
                tokenizer: PreTrainedTokenizerFast, store: ObjectStore, *, policy_version: int, policy_root: str,
-               max_new_tokens: int = 6) -> SubmittedLease:
+               max_new_tokens: int = 6, delay_s: float = 0.0, tamper: Tamper = HONEST) -> SubmittedLease:
     spec = job.spec()
-    rollouts = generate(model, tokenizer, leased_instances(task, lease, spec["tasks_per_lease"]), spec["group_size"],
-                        max_new_tokens=max_new_tokens, policy_version=policy_version, policy_root=policy_root)
-    data = submission_bytes(job.address, lease, worker, task, rollouts, policy_version)
-    root = store.put(data)
+    rollouts = generate(tamper.model(model), tokenizer, leased_instances(task, lease, spec["tasks_per_lease"]),
+                        spec["group_size"], max_new_tokens=max_new_tokens, policy_version=policy_version,
+                        policy_root=policy_root)
+    data = submission_bytes(job.address, lease, worker, task, rollouts, policy_version, tamper.rollouts(rollouts))
+    root = object_root(data) if tamper.withhold else store.put(data)
+    if delay_s:
+        time.sleep(delay_s)  # slower hardware: the policy ages while the batch is produced
     job.submit(lease.lease_id, root, policy_version)
     return SubmittedLease(lease.lease_id, root, data, rollouts)
+
+
+@dataclass
+class WorkerLoop:
+    job: JobClient
+    account: LocalAccount
+    task: Task
+    follower: PolicyFollower
+    policies: StorePolicies
+    store: ObjectStore
+    events: EventLog
+    delay_s: float = 0.0
+    tamper: Tamper = HONEST
+    keeper_every_s: float = 2.0
+    max_undecided: int = 1
+    submitted: int = 0
+    _undecided: list[int] = field(default_factory=list)
+    _keeper_at: float = 0.0
+    _low_lease: int = 1
+    _spec: dict = field(default_factory=dict)
+    _idle_reason: str = ""
+
+    def __post_init__(self) -> None:
+        self._spec = self.job.spec()
+
+    def step(self) -> bool:
+        """Claim, generate and submit one lease; returns False when it had to wait for a policy instead."""
+        self.follower.poll()
+        if time.monotonic() - self._keeper_at > self.keeper_every_s:
+            self.keep()
+        self._undecided = [i for i in self._undecided if self.job.lease(i).status is LeaseStatus.SUBMITTED]
+        if len(self._undecided) >= self.max_undecided:
+            return False  # back-pressure: validators are behind, and more batches would only age in their queue
+        current = self.job.status().current_version
+        version = min(self.follower.latest, current)
+        if current - version > self._spec["max_staleness"]:
+            self.events.emit("waiting_for_policy", have=version, chain=current)
+            self.follower.wait_for(current - self._spec["max_staleness"], timeout=2.0)
+            return False
+        model, tokenizer = self.policies(version)
+        lease = self.job.claim()
+        self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
+        started = time.perf_counter()
+        try:
+            done = work_lease(self.job, lease, self.account, self.task, model, tokenizer, self.store,
+                              policy_version=version, policy_root=self.job.policy_root(version).hex(),
+                              delay_s=self.delay_s, tamper=self.tamper)
+        except ContractRevert as exc:
+            if exc.error_name != "StalePolicy":
+                raise
+            self.events.emit("stale_at_submit", lease=lease.lease_id, version=version)  # the lease will expire
+            return False
+        chain_version = self.job.status().current_version
+        self.submitted += 1
+        self._undecided.append(lease.lease_id)
+        self.events.emit("submit", lease=lease.lease_id, version=version, chain_version=chain_version,
+                         g=chain_version - version, rollouts=len(done.rollouts), root=done.root.hex(),
+                         seconds=round(time.perf_counter() - started, 4))
+        return True
+
+    def keep(self) -> None:
+        """Keeper duties on every lease not yet final, then withdraw what this worker is owed."""
+        self._keeper_at = time.monotonic()
+        now = self.job.client.latest_timestamp()
+        count = self.job.status().lease_count
+        final = (LeaseStatus.PAID, LeaseStatus.SLASHED, LeaseStatus.RETURNED, LeaseStatus.LAPSED)
+        low = None
+        for lease_id in range(self._low_lease, count + 1):
+            lease = self.job.lease(lease_id)
+            if lease.status in final:
+                continue
+            low = low or lease_id
+            if now <= lease.deadline:
+                continue
+            action = {LeaseStatus.LEASED: ("reclaim", self.job.reclaim),
+                      LeaseStatus.SUBMITTED: ("lapse", self.job.lapse),
+                      LeaseStatus.ACCEPTED: ("finalize", self.job.finalize),
+                      LeaseStatus.REJECTED: ("finalize", self.job.finalize)}.get(lease.status)
+            if action is None:
+                continue
+            try:
+                action[1](lease_id)
+                self.events.emit(action[0], lease=lease_id, worker=lease.worker, status=lease.status.name.lower())
+            except ContractRevert:
+                pass  # another keeper got there first
+        self._low_lease = low or count + 1
+        owed = self.job.owed(self.account.address)
+        if owed:
+            self.job.withdraw_payment()
+            self.events.emit("withdraw", wei=owed)
+
+    def run(self, leases: int = 0, stop: Callable[[], bool] = lambda: False) -> None:
+        """Work until `leases` are submitted (0: until `stop`), riding out chain outages."""
+        backoff = 0.2
+        while not stop() and (leases == 0 or self.submitted < leases):
+            try:
+                if not self.step():
+                    time.sleep(0.2)
+                backoff = 0.2
+            except ChainUnavailable as exc:
+                log.warning("chain unavailable (%s); retrying in %.1f s", exc, backoff)
+                self.events.emit("chain_unavailable", wait_s=backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except ContractRevert as exc:
+                if exc.error_name not in ("InsufficientEscrow", "JobClosed"):
+                    raise
+                if leases:
+                    return  # a bounded run ends when there is no more work
+                if not self._idle_reason:
+                    self.events.emit("idle", reason=exc.error_name)
+                self._idle_reason = exc.error_name
+                self.keep()  # no new work: keep serving, settling and withdrawing
+                time.sleep(1.0)

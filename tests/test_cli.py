@@ -266,4 +266,8 @@ def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment,
     serving.join(timeout=60)
     assert codes == [0]
     out = capsys.readouterr().out
-    assert "64 rollouts at version 1" in out and "judged 1, attested 1" in out
+    assert "submitted 1 leases" in out and "judged 1, attested 1" in out
+    from rollnet.node.events import iter_events
+
+    (submit,) = [e for e in iter_events(tmp_path / "worker" / "events.jsonl") if e["kind"] == "submit"]
+    assert submit["rollouts"] == 64 and submit["version"] == 1 and submit["lease"] == lease_id

@@ -1,29 +1,218 @@
-"""`rollnet devnet` stands up a market: chain, contracts, a job and staked participants, then cleans up."""
+"""`rollnet devnet` end to end: real anvil, real processes (trainer, workers, validators) with their own keys,
+SQLite stores and libp2p hosts, and the faults a decentralized run must survive."""
 
 from __future__ import annotations
 
-import json
 import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from rich.console import Console
-from rollnet.node.chain.anvil import wait_until_answering
-from rollnet.node.errors import ChainUnavailable
+from rollnet.node.chain.job import LeaseStatus
+from rollnet.node.events import iter_events
 
-from rollnet.devnet import run_devnet
+from rollnet.devnet import Devnet, DevnetConfig, finish_run, run_devnet
+from rollnet.devnet.observe import RunState
+from rollnet.devnet.report import PLOTS
+
+QUIET = Console(file=open(os.devnull, "w"))  # noqa: SIM115
 
 
-def test_devnet_registers_every_participant_and_stops_its_chain(tmp_path: Path) -> None:
-    summary = run_devnet(tmp_path, workers=2, validators=2, stake_eth="10", budget_eth="5",
-                         console=Console(file=open(os.devnull, "w")), keep=False)  # noqa: SIM115
-    saved = json.loads((tmp_path / "devnet.json").read_text())
-    assert saved == summary
-    assert summary["escrow_wei"] == 5 * 10**18
-    roles = [p["role"] for p in summary["participants"]]
-    assert roles == ["worker", "worker", "validator", "validator"]
-    for participant in summary["participants"]:
-        key_file = Path(participant["data_dir"]) / "p2p-identity.key"
-        assert key_file.stat().st_mode & 0o777 == 0o600
-    with pytest.raises(ChainUnavailable):  # the devnet's chain is stopped when it returns
-        wait_until_answering(summary["rpc_url"], timeout=0.5)
+def default_model(model_home: Path) -> Path:
+    (model,) = (model_home / "models").glob("addition-2digit-*")
+    return model
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def events_of(net: Devnet, name: str, kind: str) -> list[dict]:
+    return [e for e in iter_events(net.participants[name].events_path) if e["kind"] == kind]
+
+
+def chain_events(net: Devnet, name: str) -> list:
+    job = net.job_client()
+    return job.client.events(job.contract, name, 0)
+
+
+def test_a_two_step_devnet_pays_its_workers_and_writes_the_report(tmp_path: Path, model_home: Path) -> None:
+    config = DevnetConfig(out=tmp_path / "run", workers=2, validators=1, steps=2, worker_delays=(),
+                          model=default_model(model_home), held_out_every=1)
+    report = run_devnet(config, QUIET, live=False, timeout_s=600)
+
+    assert report["steps"] == 2
+    trainer_steps = [e for e in iter_events(tmp_path / "run" / "trainer" / "events.jsonl") if e["kind"] == "step"]
+    assert [s["version"] for s in trainer_steps] == [1, 2]
+    assert all(s["samples"] > 0 for s in trainer_steps)  # at least one admitted rollout trained on per step
+    paid = report["money"]["paid_wei"]
+    assert paid and all(amount > 0 for amount in paid.values())  # on-chain payments after the challenge window
+    assert sum(paid.values()) == report["money"]["decided"]["accepted"] * 64 * 10**15  # 64 samples x 0.001 ETH
+    assert report["money"]["slashed_wei"] == {}
+    assert report["gas"]["gas_per_accepted_sample"] > 0
+    for name in ("report.json", "report.md", *PLOTS):
+        assert (tmp_path / "run" / name).stat().st_size > 0
+    assert "held-out greedy accuracy" in (tmp_path / "run" / "report.md").read_text()
+    for person in ("trainer", "worker-0", "worker-1", "validator-0"):  # every process kept its own data
+        assert (tmp_path / "run" / person / "events.jsonl").exists()
+    assert (tmp_path / "run" / "validator-0" / "validator.sqlite").exists()
+    assert (tmp_path / "run" / "trainer" / "trainer.sqlite").exists()
+
+    from io import StringIO
+
+    from rollnet.node.keys import dev_account
+
+    from rollnet.devnet.live import render
+
+    state = RunState([(name, name.split("-")[0], dev_account(i + 1).address, tmp_path / "run" / name)
+                      for i, name in enumerate(("trainer", "worker-0", "worker-1", "validator-0"))])
+    state.read()
+    screen = Console(file=StringIO(), width=160)
+    screen.print(render(state, time.time() - 60, 2, 4, {"trainer": False, "worker-0": True}))
+    text = screen.file.getvalue()
+    assert "step 2/2" in text and "worker-1" in text and "validator-0" in text and "held-out" in text
+
+
+def test_the_run_survives_a_dead_worker_a_dead_validator_and_a_cheater(tmp_path: Path, model_home: Path) -> None:
+    """worker-1 dies holding a lease: the lease expires, its tasks are claimed again, nothing is paid
+    twice. A validator dies: with quorum 2 of 2 submissions wait (never rejected) until it is back.
+    The cheater is rejected and slashed."""
+    config = DevnetConfig(out=tmp_path / "run", workers=2, validators=2, steps=6, worker_delays=(0.0, 60.0),
+                          cheater="inflate", model=default_model(model_home))
+    net = Devnet(config)
+    try:
+        net.start()
+        job = net.job_client()
+        wait_until(lambda: events_of(net, "worker-1", "claim"), 120, "worker-1 to claim a lease")
+        net.kill("worker-1")
+        (held,) = events_of(net, "worker-1", "claim")
+        assert job.lease(held["lease"]).status is LeaseStatus.LEASED
+        wait_until(lambda: len(events_of(net, "trainer", "step")) >= 2, 180, "two training steps")
+
+        net.kill("validator-1")
+        cheater = net.participants["cheater"].address
+
+        def waiting() -> list:
+            leases = [job.lease(i) for i in range(1, job.status().lease_count + 1)]
+            return [lease for lease in leases if lease.status is LeaseStatus.SUBMITTED]
+
+        wait_until(lambda: any(lease.worker != cheater for lease in waiting()), 60, "a batch waiting for quorum")
+        time.sleep(5)
+        stuck = [lease for lease in waiting() if lease.worker != cheater]
+        assert stuck  # no quorum without validator-1: honest batches wait, they are not rejected
+        net.launch("validator-1")
+        wait_until(lambda: all(job.lease(lease.lease_id).status is not LeaseStatus.SUBMITTED for lease in stuck),
+                   90, "the restarted validator to complete the quorum")
+        assert all(job.lease(lease.lease_id).status in (LeaseStatus.ACCEPTED, LeaseStatus.PAID) for lease in stuck)
+
+        job.client.rpc("evm_increaseTime", [config.lease_seconds + 1])  # the dead worker's lease expires
+        job.client.rpc("evm_mine", [])
+        wait_until(lambda: job.lease(held["lease"]).status is LeaseStatus.RETURNED, 30, "a keeper to reclaim")
+        wait_until(lambda: sum(e["args"]["firstTask"] == held["first_task"]
+                               for e in chain_events(net, "TaskClaimed")) == 2, 60, "the tasks to be claimed again")
+        wait_until(lambda: not net.participants["trainer"].alive, 300, "the trainer to finish")
+        state = RunState([(p.name, p.role, p.address, p.data_dir) for p in net.participants.values()])
+        report = finish_run(net, state, QUIET)
+
+        settled = Counter(e["args"]["leaseId"] for e in chain_events(net, "Settled"))
+        assert all(n == 1 for n in settled.values())  # nothing settles (or is paid) twice
+        assert held["lease"] not in settled
+        (again,) = [e["args"]["leaseId"] for e in chain_events(net, "TaskClaimed")
+                    if e["args"]["firstTask"] == held["first_task"] and e["args"]["leaseId"] != held["lease"]]
+        assert settled[again] == 1
+        outcomes = {e["args"]["leaseId"]: e["args"]["accepted"] for e in chain_events(net, "Decided")}
+        for event in chain_events(net, "BatchSubmitted"):
+            assert outcomes[event["args"]["leaseId"]] == (event["args"]["worker"] != cheater)
+        assert report["money"]["slashed_wei"].get("cheater", 0) >= 10**18
+        assert "worker-0" not in report["money"]["slashed_wei"]
+    finally:
+        net.stop()
+
+
+def test_the_run_survives_a_trainer_restart_and_a_frozen_chain(tmp_path: Path, model_home: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer is killed and restarted: it resumes from its last published version and no version is
+    published twice or skipped; workers keep generating and the staleness bound holds. Anvil is frozen
+    (SIGSTOP) past every client's request timeout: all wait, retry, and no transaction is lost or doubled."""
+    monkeypatch.setenv("ROLLNET_RPC_TIMEOUT", "2")
+    config = DevnetConfig(out=tmp_path / "run", workers=2, validators=1, steps=6, worker_delays=(),
+                          model=default_model(model_home))
+    net = Devnet(config)
+    try:
+        net.start()
+        wait_until(lambda: len(events_of(net, "trainer", "step")) >= 2, 180, "two training steps")
+        net.kill("trainer")
+        last = max(e["version"] for e in events_of(net, "trainer", "step"))
+        time.sleep(2)
+        net.launch("trainer")
+        wait_until(lambda: len(events_of(net, "trainer", "start")) == 2, 120, "the trainer to restart")
+        assert events_of(net, "trainer", "start")[1]["version"] >= last  # resumed, not restarted from 0
+        wait_until(lambda: len(events_of(net, "trainer", "step")) >= 4, 180, "training after the restart")
+
+        net.freeze_chain(6.0)
+        wait_until(lambda: not net.participants["trainer"].alive, 300, "the trainer to finish")
+        assert net.participants["trainer"].process.returncode == 0
+        for name in ("worker-0", "worker-1", "validator-0"):
+            assert net.participants[name].alive, f"{name} did not survive the frozen chain"
+        assert any(events_of(net, n, "chain_unavailable") for n in ("worker-0", "worker-1", "trainer"))
+        state = RunState([(p.name, p.role, p.address, p.data_dir) for p in net.participants.values()])
+        report = finish_run(net, state, QUIET)
+
+        published = [e["args"]["version"] for e in chain_events(net, "PolicyPublished")]
+        assert published == list(range(1, config.steps + 1))  # each version once, none skipped
+        for name in ("worker-0", "worker-1"):
+            address = net.participants[name].address
+            claims = [e["args"]["leaseId"] for e in chain_events(net, "TaskClaimed") if e["args"]["worker"] == address]
+            assert claims == [e["lease"] for e in events_of(net, name, "claim")]  # no claim lost or doubled
+            submits = [e["args"]["leaseId"] for e in chain_events(net, "BatchSubmitted")
+                       if e["args"]["worker"] == address]
+            assert submits == [e["lease"] for e in events_of(net, name, "submit")]
+        assert int(max(report["staleness"]["histogram"], key=int)) <= config.max_staleness
+        votes = Counter((e["args"]["leaseId"], e["args"]["validator"]) for e in chain_events(net, "Attested"))
+        assert all(n == 1 for n in votes.values())
+    finally:
+        net.stop()
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_ctrl_c_stops_every_process_and_keeps_the_run_directory(tmp_path: Path, model_home: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "rollnet.cli", "devnet", "--out", str(out), "--workers", "1", "--validators",
+               "1", "--steps", "50", "--no-live", "--model", str(default_model(model_home))]
+    devnet = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: (out / "worker-0" / "events.jsonl").exists() and any(
+            e["kind"] == "submit" for e in iter_events(out / "worker-0" / "events.jsonl")), 180, "a submission")
+        assert len(processes_mentioning(str(out))) >= 4  # trainer, worker, validator, anvil (its state file)
+        devnet.send_signal(signal.SIGINT)
+        output, _ = devnet.communicate(timeout=60)
+    finally:
+        devnet.kill()
+    assert devnet.returncode == 130, output
+    assert "interrupted" in output and "Traceback" not in output
+    assert processes_mentioning(str(out)) == []
+    assert (out / "anvil-state.json").stat().st_size > 0
+    for person in ("trainer", "worker-0", "validator-0"):
+        assert (out / person / "events.jsonl").exists()

@@ -8,6 +8,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 ROLE_FOLDERS = ("node", "validator", "trainer")
@@ -21,7 +22,8 @@ def test_wheel_contains_every_module(tmp_path: Path) -> None:
     )
     (wheel,) = tmp_path.glob("rollnet-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {"rollnet/__init__.py", "rollnet/cli.py"}
+    expected = {f"rollnet/{m.relative_to(REPO / 'rollnet').as_posix()}" for m in (REPO / "rollnet").rglob("*.py")}
+    assert "rollnet/devnet/network.py" in expected
     for folder in ROLE_FOLDERS:
         for module in (REPO / folder).rglob("*.py"):
             expected.add(f"rollnet/{module.relative_to(REPO).as_posix()}")
@@ -51,3 +53,27 @@ def test_node_never_imports_validator_or_trainer() -> None:
     imports_seen = set().union(*(_imported_modules(p) for p in (REPO / "node").rglob("*.py")))
     assert "rollnet.node.chain.client" in imports_seen  # the scan does see our own imports
     assert offenders == {}
+
+
+def test_every_rollnet_command_in_docker_compose_parses(capsys: pytest.CaptureFixture) -> None:
+    """The compose file's services run real `rollnet` commands with options that exist; where Debian's
+    docker-compose is installed, it accepts the file without an engine."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from rollnet.cli import main
+
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"chain", "deployer", "requester", "trainer", "worker", "validator"} <= set(services)
+    assert services["worker"]["deploy"]["replicas"] >= 2
+    commands = [s["command"] for s in services.values() if s["command"][0] == "rollnet"]
+    assert len(commands) == 3
+    for command in commands:
+        assert main([*command[1:], "--help"]) == 0, command
+    capsys.readouterr()
+    if shutil.which("docker-compose"):
+        subprocess.run(["docker-compose", "-f", str(REPO / "docker-compose.yml"), "config", "-q"], check=True,
+                       cwd=REPO)

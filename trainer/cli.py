@@ -1,5 +1,6 @@
 """`rollnet trainer run`: GRPO against the in-process rollout source (the synchronous baseline, or a
-simulated lag), publishing every version to a policy store.
+simulated lag), publishing every version to a policy store; with `--job`, against the market: validated
+batches from workers, each version published on chain and as a delta over libp2p.
 
 Invariant: a run directory holds exactly one run: re-running the command with the same `--run-dir`
 resumes it from its last saved version (optimiser state included) and trains up to `--steps` versions
@@ -14,12 +15,23 @@ from pathlib import Path
 import torch
 import typer
 from rich.table import Table
-from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
+from rollnet.node.chain.job import JobClient
+from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.cli.context import CliContext, DevAccountOption, KeyOption, console, get_context
+from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
+from rollnet.node.events import EventLog
+from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, transport_addr
+from rollnet.node.p2p.fetch import p2p_fetcher
+from rollnet.node.p2p.host import P2PNode
+from rollnet.node.p2p.identity import load_or_create_identity
+from rollnet.node.p2p.objects import ObjectStore
 from rollnet.node.tasks import load_task
 from rollnet.trainer.config import GRPOConfig
 from rollnet.trainer.local import LocalRun
+from rollnet.trainer.market import MarketTrainer
 from rollnet.trainer.trainer import Trainer
 
 app = typer.Typer(help="The GRPO trainer.", no_args_is_help=True)
@@ -43,10 +55,16 @@ def run(
     run_dir: Path = typer.Option(None, "--run-dir", help="state and policy store (default <data-dir>/trainer)"),
     seed: int = typer.Option(0, "--seed"),
     threads: int = typer.Option(1, "--threads", min=1),
+    job: str = typer.Option(None, "--job", help="train on a market job's validated rollouts (address or 'latest')"),
+    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr (with --job)"),
+    held_out_every: int = typer.Option(10, "--held-out-every", min=1, help="versions between held-out evaluations"),
+    advertise: str = typer.Option(None, "--advertise", help="multiaddr peers dial (default: the listen address)"),
+    addr_file: Path = typer.Option(None, "--addr-file", help="also write the dialable address here (with --job)"),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
-    """Train with GRPO on locally generated rollouts; every version is signed and stored as a delta."""
+    """Train with GRPO on locally generated rollouts (or, with --job, on the market's validated rollouts);
+    every version is signed and stored as a delta."""
     config = GRPOConfig.make(epsilon=epsilon, delta=delta or None, lr=lr, optimizer_steps=optimizer_steps,
                              prompts_per_step=prompts_per_step, group_size=group_size, max_staleness=max_staleness,
                              loss_normalisation=loss)
@@ -59,6 +77,9 @@ def run(
     policy, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
     store = PolicyStore(folder / "policies", trainer=signer.address)
     trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer)
+    if job is not None:
+        market_run(cli, trainer, job, folder, listen, steps, held_out_every, advertise, addr_file)
+        return
     local = LocalRun(trainer, lag=lag, seed=seed + trainer.version)
     if trainer.version:
         console.print(f"resumed at version {trainer.version} from {folder}")
@@ -91,3 +112,42 @@ def run(
     console.print(f"held-out greedy accuracy {base:.3f} -> {final:.3f} at version {trainer.version}; "
                   f"samples admitted {counts.admitted}, too stale {counts.too_stale}, invalid {counts.invalid}; "
                   f"staleness {summary['staleness_histogram']}; wrote {folder / 'summary.json'}")
+
+
+def market_run(cli: CliContext, trainer: Trainer, job: str, folder: Path, listen: str, steps: int,
+               held_out_every: int, advertise: str | None = None, addr_file: Path | None = None) -> None:
+    """Train on a job's validated rollouts until `steps` versions exist; resumable like the local run."""
+    client, deployment = cli.client(trainer.signer)
+    job_client = JobClient(client, resolve_job(client, deployment, job))
+    registry = RegistryClient(client, deployment.registry)
+    events = EventLog(cli.data_dir)
+    node = P2PNode(load_or_create_identity(cli.data_dir), ObjectStore(folder / "objects"), gate=None,
+                   listen=listen).start()
+    try:
+        base = transport_addr(advertise or node.addr)
+        address = f"{base}/p2p/{node.peer_id}"
+        for path in filter(None, (cli.data_dir / "p2p-addr", addr_file)):
+            path.write_text(address + "\n")
+        node.connect(registry_bootstrap_addrs(registry, exclude={node.peer_id}))  # workers and validators
+        market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),
+                               p2p_fetcher(node, registry), events, held_out_every=held_out_every)
+        console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "
+                      f"peer {address}")
+        base = market.held_out()
+        events.emit("start", version=trainer.version, held_out=base, steps=steps)
+        market.run(steps)
+        final = market.held_out()
+        counts = market.buffer.counts
+        summary = {"version": trainer.version, "held_out_accuracy_before": base, "held_out_accuracy_after": final,
+                   "admitted_batches": market.counts.admitted_batches,
+                   "refused_batches": market.counts.refused_batches, "samples_admitted": counts.admitted,
+                   "samples_too_stale": counts.too_stale, "samples_invalid": counts.invalid,
+                   "staleness_histogram": dict(sorted(counts.staleness.items()))}
+        (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+        events.emit("done", **summary)
+        console.print(f"held-out greedy accuracy {base:.3f} -> {final:.3f} at version {trainer.version}; "
+                      f"batches admitted {market.counts.admitted_batches}, refused {market.counts.refused_batches}")
+    except KeyboardInterrupt:
+        console.print(f"stopped at version {trainer.version}; state is saved in {folder}")
+    finally:
+        node.stop()

@@ -22,6 +22,7 @@ import torch
 from eth_account.signers.local import LocalAccount
 from rollnet.node.delta.store import PolicyStore, Published
 from rollnet.node.errors import ConfigError
+from rollnet.node.model.policies import bf16_policy
 from rollnet.node.tasks import Task
 from rollnet.trainer.advantages import group_advantages
 from rollnet.trainer.buffer import Group
@@ -51,11 +52,6 @@ class StepReport:
     staleness: list[int] = field(default_factory=list)
     published: Published | None = None
     seconds: float = 0.0
-
-
-def bf16_policy(model: PreTrainedModel) -> dict[str, torch.Tensor]:
-    """The weights workers get: every tensor of the state dict in bf16."""
-    return {name: tensor.detach().to(torch.bfloat16).contiguous() for name, tensor in model.state_dict().items()}
 
 
 class Trainer:

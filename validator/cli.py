@@ -15,17 +15,20 @@ from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
-from rollnet.node.errors import RollnetError
+from rollnet.node.errors import ChainUnavailable, RollnetError
+from rollnet.node.events import EventLog
+from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import StorePolicies
+from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, resolve_bootstrap, transport_addr
+from rollnet.node.p2p.fetch import p2p_fetcher
 from rollnet.node.p2p.host import P2PNode, topics
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.tasks import load_task
 from rollnet.node.units import eth_to_wei, format_eth
 from rollnet.validator.daemon import ValidatorDaemon
-from rollnet.validator.fetch import p2p_fetcher
-from rollnet.validator.store import ValidatorStore
 
 app = typer.Typer(help="Verify rollout batches and vote on chain.", no_args_is_help=True)
 
@@ -39,6 +42,8 @@ def run(
     model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)"),
     policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)"),
     listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr"),
+    advertise: str = typer.Option(None, "--advertise", help="multiaddr registered for peers to dial (default: listen)"),
+    bootstrap: list[str] = typer.Option([], "--bootstrap", help="peer multiaddr to dial, or @FILE"),
     interval: float = typer.Option(2.0, "--interval", min=0.1, help="seconds between rounds"),
     once: bool = typer.Option(False, "--once", help="run one round and exit"),
     key: str = KeyOption,
@@ -67,15 +72,27 @@ def run(
     store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"])
     node = P2PNode(identity, ObjectStore(cli.data_dir / "objects"), gate=None, listen=listen).start()
     try:
-        registry.set_listen_addrs([node.addr])
+        registry.set_listen_addrs([transport_addr(advertise or node.addr)])
+        node.connect(resolve_bootstrap(bootstrap) + registry_bootstrap_addrs(registry, exclude={node.peer_id}))
+        events = EventLog(cli.data_dir)
+        follower = PolicyFollower(node, store, job_client, registry, events)
+        follower.ensure_base(base, strict=False)
         verdict_topic = topics(job_client.address)["verdict"]
         daemon = ValidatorDaemon(job_client, registry, account, task_def,
                                  StorePolicies(store, base, tokenizer, job_client.policy_root),
-                                 p2p_fetcher(node, registry), ValidatorStore(cli.data_dir / "validator.sqlite"),
-                                 publish=lambda data: node.publish(verdict_topic, data))
+                                 p2p_fetcher(node, registry), SubmissionLedger(cli.data_dir / "validator.sqlite"),
+                                 publish=lambda data: node.publish(verdict_topic, data), events=events)
         console.print(f"validating job {job_client.address} as {account.address} (peer {identity.peer_id})")
+        events.emit("start", address=account.address, peer=identity.peer_id)
         while True:
-            report = daemon.run_once()
+            follower.poll()
+            try:
+                report = daemon.run_once()
+            except ChainUnavailable as exc:
+                console.print(f"chain unavailable ({exc}); retrying")
+                events.emit("chain_unavailable", wait_s=interval)
+                time.sleep(interval)
+                continue
             if report.new_submissions or report.judged or report.attested:
                 console.print(f"new {report.new_submissions}, judged {report.judged}, attested {report.attested}")
             if once:

@@ -2,7 +2,8 @@
 
 Invariants (with the store's): every BatchSubmitted event is recorded exactly once and judged exactly
 once; a verdict is signed and handed to `publish` (the signed verdict envelope, for gossip) as soon as it
-is written, before any block; votes go out in `attestBatch` transactions, and before each one the chain is
+is written, before any block; data that cannot be fetched is retried for the first half of the vote
+window before it counts as withheld; votes go out in `attestBatch` transactions, and before each one the chain is
 asked whether this validator already voted, so a crash at any point neither loses nor duplicates a vote;
 chain errors back off and retry rather than skip. A decision that contradicts this validator's verdict,
 on a lease it did not vote on, is challenged with the bond inside the window; once a challenge of its own
@@ -19,17 +20,18 @@ from dataclasses import dataclass
 from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import JobClient, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient, Role
-from rollnet.node.errors import ChainUnavailable
+from rollnet.node.errors import ChainUnavailable, PolicyUnavailable
+from rollnet.node.events import EventLog
+from rollnet.node.ledger import CHALLENGED, CLOSED, OPEN, SubmissionLedger
+from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.tasks import Task
 from rollnet.node.verdicts import seal_verdict
 from rollnet.validator.checks import SubmissionContext, check_submission
-from rollnet.validator.store import ValidatorStore
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
 
 PolicySource = Callable[[int], tuple[PreTrainedModel, PreTrainedTokenizerFast]]
-Fetcher = Callable[[bytes, str], bytes | None]  # (root, worker address) -> the bytes, or None if unavailable
 
 
 @dataclass
@@ -43,8 +45,9 @@ class RoundReport:
 
 class ValidatorDaemon:
     def __init__(self, job: JobClient, registry: RegistryClient, account: LocalAccount, task: Task,
-                 policies: PolicySource, fetch: Fetcher, store: ValidatorStore,
-                 publish: Callable[[bytes], None] | None = None, retries: int = 5, backoff_s: float = 0.5):
+                 policies: PolicySource, fetch: Fetcher, store: SubmissionLedger,
+                 publish: Callable[[bytes], None] | None = None, retries: int = 5, backoff_s: float = 0.5,
+                 events: EventLog | None = None):
         self.job = job
         self.registry = registry
         self.account = account
@@ -55,6 +58,7 @@ class ValidatorDaemon:
         self.publish = publish
         self.retries = retries
         self.backoff_s = backoff_s
+        self.events = events or EventLog(None)
         self.spec = self._retrying(job.spec)
 
     def _retrying(self, call: Callable, *args: object) -> object:
@@ -95,11 +99,20 @@ class ValidatorDaemon:
                 policy_root=self._retrying(self.job.policy_root, lease.policy_version),
                 worker_active=self._retrying(self.registry.is_active, lease.worker, Role.WORKER),
             )
-            model, tokenizer = self.policies(lease.policy_version)
+            try:
+                model, tokenizer = self.policies(lease.policy_version)
+            except PolicyUnavailable as exc:
+                log.info("lease %d waits for policy version %d: %s", pending.lease_id, lease.policy_version, exc)
+                continue  # judged once the delta arrives (or the lease lapses): never rejected for our lag
             data = self.fetch(lease.root, lease.worker)
+            if data is None and self._retrying(self._chain_time) < lease.deadline - self.spec["vote_window"] // 2:
+                log.info("lease %d: data not available yet; retrying next round", pending.lease_id)
+                continue  # a busy or restarting worker gets half the vote window before "unavailable" counts
             check = check_submission(data, context, self.task, model, tokenizer)
             self.store.record_verdict(self.job.address, pending.lease_id, check.accept, check.reason)
             log.info("lease %d: %s (%s)", pending.lease_id, "accept" if check.accept else "reject", check.reason)
+            self.events.emit("verdict", lease=pending.lease_id, worker=lease.worker, version=lease.policy_version,
+                             accept=check.accept, reason=check.reason)
             if self.publish is not None:
                 self.publish(seal_verdict(self.job.address, pending.lease_id, lease.root, check.accept,
                                           check.reason, self.account))
@@ -118,28 +131,32 @@ class ValidatorDaemon:
             else:
                 votes[row.lease_id] = bool(row.accept)
         if votes:
-            self._retrying(self.job.attest_batch, votes)
+            receipt = self._retrying(self.job.attest_batch, votes)
+            self.events.emit("attest", leases=list(votes), gas=receipt["gasUsed"])
         self.store.mark_attested(self.job.address, already + list(votes))
         return len(votes)
 
     def challenge_wrong_decisions(self) -> int:
         """Challenge (with the bond) every decision that contradicts this validator's verdict, where it did
-        not vote (a voter may not challenge) and the challenge window is still open."""
+        not vote (a voter may not challenge) and the challenge window is still open. Rows with nothing left
+        to do are closed, so each round reads only undecided leases."""
         challenged = 0
         now = self._retrying(self._chain_time)
-        for row in self.store.all(self.job.address):
-            if row.accept is None:
-                continue
+        for row in self.store.in_stage(self.job.address, OPEN):
             lease = self._retrying(self.job.lease, row.lease_id)
-            if lease.status not in (LeaseStatus.ACCEPTED, LeaseStatus.REJECTED) or now > lease.deadline:
-                continue
-            if (lease.status is LeaseStatus.ACCEPTED) == row.accept:
-                continue
-            if self._retrying(self.job.has_voted, row.lease_id, self.account.address):
+            if lease.status in (LeaseStatus.LEASED, LeaseStatus.SUBMITTED):
+                continue  # not decided yet
+            decided = lease.status in (LeaseStatus.ACCEPTED, LeaseStatus.REJECTED) and now <= lease.deadline
+            against_us = (lease.status is LeaseStatus.ACCEPTED) != row.accept
+            if not (decided and against_us) or self._retrying(self.job.has_voted, row.lease_id,
+                                                               self.account.address):
+                self.store.set_stage(self.job.address, row.lease_id, CLOSED)
                 continue
             log.warning("lease %d was decided %s against our verdict (%s): challenging", row.lease_id,
                         lease.status.name.lower(), row.reason)
             self._retrying(self.job.challenge, row.lease_id, self.spec["challenge_bond"])
+            self.store.set_stage(self.job.address, row.lease_id, CHALLENGED)
+            self.events.emit("challenge", lease=row.lease_id, worker=lease.worker)
             challenged += 1
         return challenged
 
@@ -147,19 +164,22 @@ class ValidatorDaemon:
         """After a challenge of ours overturned a decision, slash each validator who voted the losing way
         (their stake goes to the challenger)."""
         slashed = 0
-        for row in self.store.all(self.job.address):
+        for row in self.store.in_stage(self.job.address, CHALLENGED):
             state = self._retrying(self.job.challenge_state, row.lease_id)
-            if state.challenger.lower() != self.account.address.lower() or not (state.resolved and state.overturned):
+            if state.challenger.lower() != self.account.address.lower() or not state.resolved:
                 continue
-            losing_vote = 1 if state.original_accepted else 2
-            for validator in self._retrying(self.job.voters, row.lease_id):
-                if self._retrying(self.job.vote_of, row.lease_id, validator) == losing_vote:
-                    self._retrying(self.job.slash_voter, row.lease_id, validator)
-                    slashed += 1
+            if state.overturned:
+                losing_vote = 1 if state.original_accepted else 2
+                for validator in self._retrying(self.job.voters, row.lease_id):
+                    if self._retrying(self.job.vote_of, row.lease_id, validator) == losing_vote:
+                        self._retrying(self.job.slash_voter, row.lease_id, validator)
+                        self.events.emit("slash_voter", lease=row.lease_id, validator=validator)
+                        slashed += 1
+            self.store.set_stage(self.job.address, row.lease_id, CLOSED)
         return slashed
 
     def _chain_time(self) -> int:
-        return self.job.client.w3.eth.get_block("latest")["timestamp"]
+        return self.job.client.latest_timestamp()
 
     def run_once(self) -> RoundReport:
         report = RoundReport(new_submissions=self.follow_events())

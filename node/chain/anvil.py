@@ -100,6 +100,7 @@ def start_anvil(
     balance_eth: int = 10_000,
     log_path: Path | None = None,
     detach: bool = False,
+    extra_args: list[str] | None = None,
 ) -> AnvilProcess:
     """Start anvil on 127.0.0.1 and wait until it answers.
 
@@ -111,6 +112,7 @@ def start_anvil(
     command = [
         str(anvil_binary()), "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(chain_id),
         "--accounts", str(accounts), "--balance", str(balance_eth), "--mnemonic", DEV_MNEMONIC,
+        *(extra_args or []),
     ]
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     try:

@@ -6,11 +6,16 @@ Invariants:
 - Every revert is decoded before sending (gas estimation replays the call), so a refused call costs no
   gas and surfaces as a `ContractRevert` naming the custom error.
 - A dead endpoint raises `ChainUnavailable` within `request_timeout`; a wrong chain id raises `WrongChain`.
+- A transaction is signed once; if the endpoint stops answering while it is sent or mined, the *same*
+  signed bytes (same nonce, same hash) are re-sent until `outage_seconds` pass, so an outage can delay a
+  transaction but never lose it or execute it twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,9 +32,11 @@ from web3.contract.contract import ContractConstructor, ContractFunction
 from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
 from web3.types import TxReceipt
 
+TIMEOUT_ENV = "ROLLNET_RPC_TIMEOUT"
 GAS_MARGIN = 1.25
 PRIORITY_FEE_WEI = 10**9
 FEE_CACHE_SECONDS = 5.0
+log = logging.getLogger(__name__)
 
 
 class NonceManager:
@@ -77,12 +84,16 @@ class ChainClient:
         account: LocalAccount | None = None,
         *,
         expected_chain_id: int | None = None,
-        request_timeout: float = 10.0,
+        request_timeout: float | None = None,
         receipt_timeout: float = 60.0,
+        outage_seconds: float = 120.0,
     ):
         self.rpc_url = rpc_url
         self.account = account
         self.receipt_timeout = receipt_timeout
+        self.outage_seconds = outage_seconds
+        if request_timeout is None:
+            request_timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
         provider = Web3.HTTPProvider(
             rpc_url, request_kwargs={"timeout": request_timeout}, exception_retry_configuration=None
         )
@@ -125,6 +136,11 @@ class ChainClient:
         with rpc_errors(self.rpc_url):
             return self.w3.eth.block_number
 
+    def latest_timestamp(self) -> int:
+        """The chain's clock: the latest block's timestamp."""
+        with rpc_errors(self.rpc_url):
+            return self.w3.eth.get_block("latest")["timestamp"]
+
     def rpc(self, method: str, params: list[Any]) -> Any:
         """A raw JSON-RPC call (e.g. Anvil's evm_increaseTime)."""
         with rpc_errors(self.rpc_url):
@@ -157,19 +173,46 @@ class ChainClient:
                 tx = build({"nonce": self._nonces.take(), **fees})
                 signed = self.account.sign_transaction(tx)
                 try:
-                    tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
+                    self._send_raw(signed.raw_transaction, resend=False)
+                except ChainUnavailable:
+                    pass  # the nonce is spent on these exact bytes: `_receipt` re-sends them until mined
                 except BaseException:
                     self._nonces.resync()
                     raise
-            try:
-                receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout)
-            except TimeExhausted:
-                raise TransactionTimeout(
-                    f"transaction 0x{tx_hash.hex()} was sent but not mined within {self.receipt_timeout:.0f}s"
-                ) from None
+        receipt = self._receipt(signed.hash, signed.raw_transaction)
         if receipt["status"] != 1:
             self._explain_failure(tx, receipt)
         return receipt
+
+    def _send_raw(self, raw: bytes, resend: bool) -> None:
+        with rpc_errors(self.rpc_url):
+            try:
+                self.w3.eth.send_raw_transaction(raw)
+            except Web3RPCError as exc:
+                message = str(exc.rpc_response.get("error", {}).get("message", "")) if exc.rpc_response else ""
+                if not resend or ("already" not in message.lower() and "nonce too low" not in message.lower()):
+                    raise  # on a re-send, "already known"/"nonce too low" mean the first copy arrived
+
+    def _receipt(self, tx_hash: bytes, raw: bytes) -> TxReceipt:
+        """Wait for the receipt of a signed transaction, re-sending its bytes while the chain is away."""
+        outage_until = None
+        while True:
+            try:
+                with rpc_errors(self.rpc_url):
+                    try:
+                        return self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout)
+                    except TimeExhausted:
+                        raise TransactionTimeout(f"transaction 0x{tx_hash.hex()} was sent but not mined within "
+                                                 f"{self.receipt_timeout:.0f}s") from None
+            except ChainUnavailable:
+                now = time.monotonic()
+                outage_until = outage_until or now + self.outage_seconds
+                if now > outage_until:
+                    raise
+                log.warning("chain unavailable while 0x%s is pending; re-sending the same bytes", tx_hash.hex()[:12])
+                time.sleep(0.5)
+                with contextlib.suppress(ChainUnavailable):
+                    self._send_raw(raw, resend=True)
 
     def deploy(self, name: str, *args: Any, value: int = 0) -> str:
         artifact = load_artifact(name)

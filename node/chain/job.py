@@ -130,6 +130,9 @@ class JobClient:
         )
 
     def policy_root(self, version: int) -> bytes:
+        """The content root of `version`'s weights; version 0 is the job's base model (the spec's model root)."""
+        if version == 0:
+            return bytes(self.spec()["model_hash"])
         return bytes(self._call("policyRoot", version))
 
     def vote_of(self, lease_id: int, address: str) -> int:
@@ -165,6 +168,9 @@ class JobClient:
 
     def finalize(self, lease_id: int) -> TxReceipt:
         return self._send("finalize", lease_id)
+
+    def lapse(self, lease_id: int) -> TxReceipt:
+        return self._send("lapse", lease_id)
 
     def reclaim(self, lease_id: int) -> TxReceipt:
         return self._send("reclaim", lease_id)

@@ -93,6 +93,25 @@ def _fund_local_key(data_dir: Path, client: ChainClient) -> None:
 
 
 @app.command()
+def fund(
+    ctx: typer.Context,
+    amount: str = typer.Option(FAUCET_ETH, "--amount", help="ETH to send"),
+    to: str = typer.Option(None, "--to", help="recipient (default: this data dir's keystore --key)"),
+    key: str = KeyOption,
+    dev_account: int = typer.Option(0, "--from-dev-account", min=0, max=19, help="anvil dev account that pays"),
+) -> None:
+    """Local devnets only: send ETH from one of anvil's funded dev accounts (a faucet for fresh keys)."""
+    cli = get_context(ctx)
+    recipient = to or keys.keystore_address(cli.data_dir, key)
+    client, _ = cli.client(keys.dev_account(dev_account))
+    if not client.w3.is_address(recipient):
+        raise ConfigError(f"{recipient!r} is not an address")
+    wei = eth_to_wei(amount, "--amount")
+    client.transfer(recipient, wei)
+    console.print(f"sent {format_eth(wei)} to {recipient}")
+
+
+@app.command()
 def down(ctx: typer.Context) -> None:
     """Stop the anvil `chain up` started and forget the deployment."""
     cli = get_context(ctx)

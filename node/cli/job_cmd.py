@@ -15,7 +15,11 @@ from rollnet.node.chain.job import FactoryClient, JobClient
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.config import Deployment
+from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.errors import ConfigError
+from rollnet.node.model.builder import METADATA, load_metadata
+from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.model.policies import bf16_policy
 from rollnet.node.spec import load_job_spec
 from rollnet.node.units import eth_to_wei, format_eth
 
@@ -27,11 +31,14 @@ def deploy(
     ctx: typer.Context,
     spec: Path = typer.Option(..., "--spec", help="job spec TOML (see examples/job.toml)"),
     budget: str = typer.Option(..., "--budget", help="ETH escrowed to pay workers"),
+    model: Path = typer.Option(None, "--model", help="base model folder: its bf16 content root becomes model_root"),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
     """Create a TrainingJob from a spec file, escrowing BUDGET ETH."""
     job_spec = load_job_spec(spec)
+    if model is not None:
+        job_spec = job_spec.model_copy(update={"model_root": "0x" + base_model_root(model).hex()})
     budget_wei = eth_to_wei(budget, "--budget")
     if budget_wei < job_spec.lease_cost_wei():
         raise ConfigError(
@@ -49,6 +56,14 @@ def deploy(
     job = FactoryClient(client, deployment.factory).create_job(job_spec.to_abi(client.address), budget_wei)
     console.print(f"job {job} created with {format_eth(budget_wei)} in escrow")
     console.print(f"inspect it with: rollnet job status {job}")
+
+
+def base_model_root(folder: Path) -> bytes:
+    """The content root of a model folder's weights as workers run them (bf16): version 0 of a job."""
+    metadata = folder / METADATA
+    if metadata.is_file():
+        return bytes.fromhex(load_metadata(folder)["bf16_content_root"])
+    return content_root(bf16_policy(load_policy(resolve_model(Path("."), folder))[0]))
 
 
 def resolve_job(client: ChainClient, deployment: Deployment, job: str) -> str:

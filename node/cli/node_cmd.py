@@ -19,14 +19,17 @@ from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_c
 from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
+from rollnet.node.events import EventLog
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import StorePolicies
+from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, resolve_bootstrap, transport_addr
 from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import b58encode, load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.tasks import load_task
 from rollnet.node.units import eth_to_wei, format_eth
-from rollnet.node.worker import work_lease
+from rollnet.node.worker import HONEST, TAMPERS, WorkerLoop
 
 app = typer.Typer(help="Register this node (stake), inspect it, unbond and withdraw.", no_args_is_help=True)
 
@@ -124,17 +127,24 @@ def withdraw(ctx: typer.Context, key: str = KeyOption, dev_account: int = DevAcc
 def work(
     ctx: typer.Context,
     job: str = typer.Option("latest", "--job", help="job address, or 'latest'"),
-    leases: int = typer.Option(1, "--leases", min=1, help="leases to claim, generate and submit"),
+    leases: int = typer.Option(1, "--leases", min=0, help="leases to claim, generate and submit (0: until Ctrl-C)"),
     serve: float = typer.Option(60.0, "--serve", min=0, help="seconds to keep serving the batches afterwards"),
     task: str = typer.Option("addition-2digit", "--task", help="the job's task"),
     model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)"),
     policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)"),
     listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr"),
+    advertise: str = typer.Option(None, "--advertise", help="multiaddr registered for peers to dial (default: listen)"),
+    bootstrap: list[str] = typer.Option([], "--bootstrap", help="peer multiaddr to dial, or @FILE"),
+    delay: float = typer.Option(0.0, "--delay", min=0, help="seconds added before each submission (slow hardware)"),
+    max_undecided: int = typer.Option(1, "--max-undecided", min=1, help="submissions awaiting a decision at once"),
+    cheat: str = typer.Option(None, "--cheat", hidden=True, help="a registered demonstration cheat (devnet only)"),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
-    """Claim leases, generate seeded and proven rollouts at the current policy, submit their roots, and
-    serve the batches over libp2p so validators can fetch them."""
+    """Claim leases, generate seeded and proven rollouts with the newest policy (deltas arrive over libp2p and
+    are checked against the chain), submit their roots, and serve the batches to validators and the trainer."""
+    if cheat is not None and cheat not in TAMPERS:
+        raise RollnetError(f"no cheat named {cheat!r} is registered (cheats exist only in the devnet's cheater)")
     cli = get_context(ctx)
     account = cli.signer(key, dev_account)
     client, deployment = cli.client(account)
@@ -144,24 +154,25 @@ def work(
     job_client = JobClient(client, resolve_job(client, deployment, job))
     task_def = load_task(task)
     base, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
+    tamper = TAMPERS[cheat](tokenizer) if cheat is not None else HONEST
     spec = job_client.spec()
-    versions = StorePolicies(PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"]), base,
-                             tokenizer, job_client.policy_root)
+    store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"])
+    events = EventLog(cli.data_dir)
     node = P2PNode(load_or_create_identity(cli.data_dir), ObjectStore(cli.data_dir / "objects"), gate=None,
                    listen=listen).start()
     try:
-        registry.set_listen_addrs([node.addr])
-        for _ in range(leases):
-            version = job_client.status().current_version
-            if version == 0:
-                raise RollnetError("the trainer has not published a policy version for this job yet")
-            policy, _ = versions(version)
-            lease = job_client.claim()
-            done = work_lease(job_client, lease, account, task_def, policy, tokenizer, node.store,
-                              policy_version=version, policy_root=job_client.policy_root(version).hex())
-            console.print(f"lease {done.lease_id}: {len(done.rollouts)} rollouts at version {version}, "
-                          f"root {done.root.hex()[:16]}... submitted")
-        console.print(f"serving the batches as {node.peer_id} for {serve:g} s")
+        registry.set_listen_addrs([transport_addr(advertise or node.addr)])
+        node.connect(resolve_bootstrap(bootstrap) + registry_bootstrap_addrs(registry, exclude={node.peer_id}))
+        follower = PolicyFollower(node, store, job_client, registry, events)
+        follower.ensure_base(base)
+        if store.latest is not None and store.latest > 0:
+            console.print(f"policy store holds versions up to {store.latest}")
+        loop = WorkerLoop(job_client, account, task_def, follower,
+                          StorePolicies(store, base, tokenizer, job_client.policy_root), node.store, events,
+                          delay_s=delay, tamper=tamper, max_undecided=max_undecided)
+        events.emit("start", address=account.address, peer=node.peer_id)
+        loop.run(leases)
+        console.print(f"submitted {loop.submitted} leases; serving the batches as {node.peer_id} for {serve:g} s")
         time.sleep(serve)
     except KeyboardInterrupt:
         console.print("stopped")

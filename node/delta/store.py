@@ -28,6 +28,17 @@ class Published:
     root: bytes
     delta_bytes: int | None
     anchored: bool
+    changed_fraction: float | None = None  # of the elements, against the previous version
+
+
+def changed_fraction(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> float:
+    """The fraction of elements whose bit pattern differs between two versions."""
+    changed = total = 0
+    for name, tensor in after.items():
+        changed += int((before[name].view(torch.int16) != tensor.view(torch.int16)).sum()) \
+            if tensor.element_size() == 2 else int((before[name] != tensor).sum())
+        total += tensor.numel()
+    return changed / max(1, total)
 
 
 class PolicyStore:
@@ -118,8 +129,10 @@ class PolicyStore:
             raise DeltaError(f"version {version} is not newer than the latest stored version {latest}")
         delta_bytes = None
         root = None
+        changed = None
         if latest is not None:
             base = previous if previous is not None else self.materialize(latest)
+            changed = changed_fraction(base, tensors)
             stream = encode_stream(base, tensors, base_version=latest, version=version, signer=signer,
                                    base_root=self.roots[latest])
             self.deltas[version] = latest
@@ -141,7 +154,7 @@ class PolicyStore:
         self._save_index()
         self.prune()
         assert root is not None
-        return Published(version, root, delta_bytes, anchored)
+        return Published(version, root, delta_bytes, anchored, changed)
 
     # ------------------------------------------------------------------ reaching versions
 

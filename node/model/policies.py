@@ -15,8 +15,13 @@ from collections.abc import Callable
 import torch
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.delta.store import PolicyStore
-from rollnet.node.errors import ConfigError, DeltaError
+from rollnet.node.errors import ConfigError, DeltaError, PolicyUnavailable
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+
+def bf16_policy(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """The weights workers get: every tensor of the state dict in bf16."""
+    return {name: tensor.detach().to(torch.bfloat16).contiguous() for name, tensor in model.state_dict().items()}
 
 
 class StorePolicies:
@@ -34,7 +39,7 @@ class StorePolicies:
             try:
                 tensors = self.store.materialize(version)
             except DeltaError as exc:
-                raise ConfigError(f"cannot reconstruct policy version {version}: {exc}") from None
+                raise PolicyUnavailable(f"cannot reconstruct policy version {version}: {exc}") from None
             if content_root(tensors) != self.published_root(version):
                 raise ConfigError(f"policy version {version} in {self.store.folder} differs from the root "
                                   "published on chain")

@@ -8,7 +8,11 @@ the local network (no mDNS).
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.errors import ConfigError
 from rollnet.node.p2p.identity import b58encode
 
 
@@ -33,3 +37,21 @@ def registry_bootstrap_addrs(registry: RegistryClient, *, from_block: int = 0, e
 def transport_addr(multiaddr_with_peer: str) -> str:
     """A host's listen address without its /p2p/ suffix (what goes on chain)."""
     return multiaddr_with_peer.split("/p2p/")[0]
+
+
+def resolve_bootstrap(values: list[str], wait_s: float = 120.0) -> list[str]:
+    """Multiaddrs from the command line; `@FILE` reads them from a file (one per line), waiting up to `wait_s`
+    for it to appear (a trainer container writes its address there when it starts listening)."""
+    out: list[str] = []
+    for value in values:
+        if not value.startswith("@"):
+            out.append(value)
+            continue
+        path = Path(value[1:])
+        deadline = time.monotonic() + wait_s
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise ConfigError(f"bootstrap file {path} did not appear within {wait_s:.0f} s")
+            time.sleep(0.5)
+        out += [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    return out

@@ -3,7 +3,7 @@
 Invariants:
 - Noise + yamux only, listening on loopback unless configured otherwise; the identity is the data
   directory's ed25519 key, so the peer ID is the one `rollnet node join` registered.
-- Protected protocols (object transfer, rollout push) first ask the PeerGate about the peer ID the Noise
+- Protected protocols (object transfer, rollout push, policy pull) first ask the PeerGate about the peer ID the Noise
   handshake authenticated; a refused peer's stream is reset before anything is read.
 - No handler exception ever escapes (py-libp2p would tear the host down): every handler ends in a logged
   refusal and a reset stream. Each peer may run at most `per_peer_streams` handlers at once; reads have
@@ -50,6 +50,8 @@ from rollnet.node.p2p.objects import CHUNK_SIZE, ObjectError, ObjectStore, objec
 from rollnet.node.p2p.ratelimit import TokenBucket
 
 PUSH_PROTOCOL = "/rollnet/push/1.0.0"
+POLICY_PROTOCOL = "/rollnet/policy/1.0.0"  # pull signed policy announcements: gossip can miss a restarted peer
+MAX_ANNOUNCEMENTS = 16
 MAX_PUSH = 256 * 1024 * 1024
 logging.getLogger("libp2p").setLevel(logging.CRITICAL)
 log = logging.getLogger(__name__)
@@ -98,6 +100,7 @@ class P2PNode:
         self.max_uploads = max_uploads
         self.per_peer_streams = per_peer_streams
         self.on_push = on_push
+        self.policy_source: Callable[[int], list[bytes]] | None = None  # version -> sealed announcements from it
         self.stats = NodeStats()
         self.gossip_inbox: queue.Queue[GossipMessage] = queue.Queue(maxsize=10_000)
         self._ready = threading.Event()
@@ -152,6 +155,7 @@ class P2PNode:
         self.object_server = transfer.ObjectServer(self.store, self.bucket, self.max_uploads)
         self.host.set_stream_handler(TProtocol(transfer.PROTOCOL), self._guarded("object", self._serve_object))
         self.host.set_stream_handler(TProtocol(PUSH_PROTOCOL), self._guarded("push", self._receive_push))
+        self.host.set_stream_handler(TProtocol(POLICY_PROTOCOL), self._guarded("policy", self._serve_policy))
         self._stop = trio.Event()
         try:
             async with (
@@ -238,7 +242,34 @@ class P2PNode:
         if self.on_push is not None:
             await trio.to_thread.run_sync(self.on_push, root, bytes(data), peer)
 
+    async def _serve_policy(self, stream: Any, peer: str) -> None:
+        request = await read_json(stream, max_size=256, timeout=10.0)
+        start = request.get("from")
+        if not isinstance(start, int) or start < 0:
+            raise FrameError("a policy request needs a non-negative integer 'from'")
+        found = await trio.to_thread.run_sync(self.policy_source, start) if self.policy_source else []
+        await write_json(stream, {"announcements": [item.decode() for item in found[:MAX_ANNOUNCEMENTS]]})
+
     # ------------------------------------------------------------------ blocking API
+
+    def ask_policy(self, peer: str, from_version: int) -> list[bytes]:
+        """The signed policy announcements `peer` holds for versions from `from_version` (unverified: the
+        caller opens and authorizes each like a gossiped one)."""
+
+        async def ask() -> list[bytes]:
+            stream = await self.open_stream(peer, POLICY_PROTOCOL)
+            try:
+                await write_json(stream, {"from": from_version})
+                answer = await read_json(stream, timeout=10.0)
+            finally:
+                with trio.move_on_after(2):
+                    await stream.close()
+            items = answer.get("announcements")
+            if not isinstance(items, list):
+                return []
+            return [item.encode() for item in items[:MAX_ANNOUNCEMENTS] if isinstance(item, str)]
+
+        return self.call(ask)
 
     def connect(self, addrs: list[str]) -> list[str]:
         """Connect to peers in parallel; returns the peer IDs that answered."""

@@ -1,10 +1,12 @@
-"""The validator's SQLite store (SQLAlchemy): how far it has followed each job, and every submission it
-has seen, judged and voted on.
+"""A node's ledger of a job's submissions (SQLAlchemy, SQLite by default): how far it has followed each job,
+and every submission it has seen and what it decided. The validator records verdicts and votes in it;
+the trainer records which batches it admitted, so a restart never admits a batch twice.
 
 Invariants: a submission row is created once per (job, lease) and the event cursor advances in the same
 transaction, so a crash between the two never loses or repeats an event; a verdict is written before any
 vote is sent, so after a restart the same verdict is attested (never a second, different one); a row is
-marked attested only once the chain shows this validator's vote.
+marked attested only once the chain shows this validator's vote; a row's stage only moves forward (open,
+challenged by us, closed), so the per-round work covers undecided rows and our own challenges only.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ class SubmissionRow(Base):
     accept: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     reason: Mapped[str | None] = mapped_column(String, nullable=True)
     attested: Mapped[bool] = mapped_column(Boolean, default=False)
+    stage: Mapped[int] = mapped_column(Integer, default=0)  # OPEN, CHALLENGED (by us) or CLOSED
+
+
+OPEN, CHALLENGED, CLOSED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,15 @@ class Pending:
     reason: str | None
 
 
-class ValidatorStore:
+class SubmissionLedger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.engine = create_engine(f"sqlite:///{path}")
         Base.metadata.create_all(self.engine)
+        with self.engine.begin() as connection:  # ledgers written before the `stage` column existed
+            columns = {row[1] for row in connection.exec_driver_sql("PRAGMA table_info(submissions)")}
+            if "stage" not in columns:
+                connection.exec_driver_sql("ALTER TABLE submissions ADD COLUMN stage INTEGER DEFAULT 0")
 
     def cursor(self, job: str) -> int:
         with Session(self.engine) as session:
@@ -67,7 +77,8 @@ class ValidatorStore:
             for lease_id, root, worker, version in submissions:
                 if session.get(SubmissionRow, (job, lease_id)) is None:
                     session.add(SubmissionRow(job=job, lease_id=lease_id, root=root, worker=worker,
-                                              policy_version=version, accept=None, reason=None, attested=False))
+                                              policy_version=version, accept=None, reason=None, attested=False,
+                                              stage=OPEN))
             cursor = session.get(Cursor, job)
             if cursor is None:
                 session.add(Cursor(job=job, last_block=up_to_block))
@@ -88,6 +99,17 @@ class ValidatorStore:
 
     def all(self, job: str) -> list[Pending]:
         return self._rows(job)
+
+    def in_stage(self, job: str, stage: int) -> list[Pending]:
+        """Judged rows at `stage` (OPEN: the decision may still need a challenge; CHALLENGED: ours, awaiting
+        resolution; CLOSED: nothing left to do)."""
+        return self._rows(job, SubmissionRow.accept.is_not(None), SubmissionRow.stage == stage)
+
+    def set_stage(self, job: str, lease_id: int, stage: int) -> None:
+        with Session(self.engine) as session, session.begin():
+            row = session.get(SubmissionRow, (job.lower(), lease_id))
+            if row is not None:
+                row.stage = stage
 
     def record_verdict(self, job: str, lease_id: int, accept: bool, reason: str) -> None:
         with Session(self.engine) as session, session.begin():

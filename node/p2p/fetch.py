@@ -1,4 +1,4 @@
-"""Fetching a submitted batch over libp2p for the validator: from the worker's registered peer.
+"""Fetching a submitted batch over libp2p (validators and the trainer): from the worker's registered peer.
 
 Invariant: the bytes returned are exactly those whose object root was requested (the transfer protocol
 checks every chunk against the manifest of that root); a worker that cannot be reached or does not serve
@@ -8,13 +8,15 @@ the root within the deadline yields None, which the checks turn into a rejection
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import b58encode
-from rollnet.validator.daemon import Fetcher
 
 log = logging.getLogger(__name__)
+
+Fetcher = Callable[[bytes, str], bytes | None]  # (root, worker address) -> the bytes, or None if unavailable
 
 
 def p2p_fetcher(node: P2PNode, registry: RegistryClient, timeout_s: float = 20.0) -> Fetcher:

@@ -1,0 +1,155 @@
+"""`rollnet devnet`: a real decentralized GRPO run on one machine, on the embedded defaults, with a live view
+and a report at the end.
+
+Invariant: the run directory keeps everything (each participant's data directory with its event log,
+SQLite store, policy store and process log; anvil's log and dumped state; the report), whether the run
+ends by itself or by Ctrl-C; every process it started is stopped when it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from rollnet.devnet.live import render
+from rollnet.devnet.network import CHEAT_MODES, Devnet, DevnetConfig
+from rollnet.devnet.observe import RunState, gas_by_call
+from rollnet.devnet.report import write_report
+from rollnet.node.chain.job import LeaseStatus
+from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.cli.context import make_console
+from rollnet.node.errors import ContractRevert, RollnetError
+from rollnet.node.model.loading import load_policy
+
+__all__ = ["Devnet", "DevnetConfig", "devnet", "finish_run", "run_devnet"]
+
+
+def watch(net: Devnet, state: RunState, console: Console, live: bool, timeout_s: float) -> None:
+    """Follow the run until the trainer exits (or `timeout_s`), redrawing the live view."""
+    job, registry = net.job_client(), RegistryClient(net.client(), net.deployment.registry)
+    trainer = net.participants["trainer"]
+    view = Live(console=console, refresh_per_second=2, transient=False) if live else contextlib.nullcontext()
+    deadline = time.monotonic() + timeout_s
+    last_chain, last_line = 0.0, time.monotonic()
+    with view:
+        while trainer.alive:
+            if time.monotonic() > deadline:
+                raise RollnetError(f"the run did not finish within {timeout_s:.0f} s; see the process logs in "
+                                   f"{net.config.out}")
+            state.read()
+            if time.monotonic() - last_chain > 1.0:
+                with contextlib.suppress(RollnetError):
+                    state.poll_chain(job.client, job, registry)
+                last_chain = time.monotonic()
+            alive = {name: p.alive for name, p in net.participants.items()}
+            if live:
+                view.update(render(state, net.started_at, net.config.steps, net.config.max_staleness, alive))
+            elif time.monotonic() - last_line > 15:
+                steps = state.steps()
+                console.print(f"{time.time() - net.started_at:5.0f} s: step {len(steps)}/{net.config.steps}"
+                              + (f", reward {steps[-1]['reward']:.3f}" if steps else ""))
+                last_line = time.monotonic()
+            time.sleep(0.5)
+    if trainer.process.returncode != 0:
+        raise RollnetError(f"the trainer failed (exit {trainer.process.returncode}): see {net.log_path('trainer')}")
+
+
+def settle(net: Devnet, console: Console, wait_s: float = 90.0) -> None:
+    """Wind down like a requester whose training is done: close the job (no new claims; workers keep
+    serving), let validators decide every batch in flight, stop everyone, then settle each decided batch
+    once its challenge window has passed (`finalize` is open to anyone: the orchestrator is the keeper)
+    and sweep the escrow that settling released back to the requester."""
+    job = net.job_client()
+    job.close()
+    in_flight = (LeaseStatus.LEASED, LeaseStatus.SUBMITTED)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        now = job.client.latest_timestamp()
+        leases = [job.lease(i) for i in range(1, job.status().lease_count + 1)]
+        if not any(lease.status in in_flight and lease.deadline >= now for lease in leases):
+            break
+        time.sleep(0.5)
+    net.stop_roles("validator", "worker", "cheater")
+    decided = [lease for lease in (job.lease(i) for i in range(1, job.status().lease_count + 1))
+               if lease.status in (LeaseStatus.ACCEPTED, LeaseStatus.REJECTED)]
+    last_deadline = max((lease.deadline for lease in decided), default=0)
+    while True:
+        # Anvil mines only when sent a transaction; an empty block is how "time passes" on this chain.
+        job.client.rpc("evm_mine", [])
+        if job.client.latest_timestamp() > last_deadline:
+            break
+        time.sleep(0.5)
+    for lease in decided:
+        with contextlib.suppress(ContractRevert):
+            job.finalize(lease.lease_id)
+    job.close()
+    console.print("settled: every decided batch paid or slashed after its challenge window; escrow refunded")
+
+
+def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
+    """Settle, then gather the chain's numbers and write the report."""
+    settle(net, console)
+    job = net.job_client()
+    state.read()
+    state.poll_chain(job.client, job, RegistryClient(job.client, net.deployment.registry))
+    addresses = {"TrainingJob": net.job, "NodeRegistry": net.deployment.registry,
+                 "JobFactory": net.deployment.factory}
+    gas = gas_by_call(job.client, addresses, net.deployment.deployed_at_block)
+    params = sum(p.numel() for p in load_policy(net.model)[0].parameters())
+    config = net.config
+    run = {"workers": config.workers, "validators": config.validators, "steps": config.steps,
+           "cheater": config.cheater, "max_staleness": config.max_staleness, "job": net.job,
+           "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at}
+    from rollnet.devnet.report import build_report
+
+    report = build_report(state, params=params, budget=config.max_staleness, gas=gas, run=run)
+    files = write_report(report, config.out)
+    console.print(f"report: {', '.join(str(f) for f in files[:2])} and {len(files) - 2} plots")
+    return report
+
+
+def run_devnet(config: DevnetConfig, console: Console, live: bool = True, timeout_s: float = 1200.0) -> dict:
+    net = Devnet(config)
+    try:
+        console.print(f"[bold]devnet[/] in {config.out}: starting chain, contracts, job and "
+                      f"{config.workers + config.validators + 1 + bool(config.cheater)} processes")
+        net.start()
+        console.print(f"chain {net.anvil.url}, job {net.job}, trainer at {net._trainer_addr()}")
+        state = RunState([(p.name, p.role, p.address, p.data_dir) for p in net.participants.values()])
+        watch(net, state, console, live, timeout_s)
+        report = finish_run(net, state, console)
+        held = report["held_out"]
+        console.print(f"held-out greedy accuracy {held['base']:.3f} -> {held['final']:.3f}; realised staleness "
+                      f"mean {report['staleness']['mean_g']:.2f} (budget {config.max_staleness}); "
+                      f"{report['run']['seconds']:.0f} s")
+        return report
+    except KeyboardInterrupt:
+        console.print(f"interrupted: stopping every process; everything is kept in {config.out}")
+        raise
+    finally:
+        net.stop()
+
+
+def devnet(
+    out: Path = typer.Option(Path("runs/devnet"), "--out", help="run directory (kept afterwards)"),
+    workers: int = typer.Option(3, "--workers", min=1),
+    validators: int = typer.Option(2, "--validators", min=1),
+    steps: int = typer.Option(40, "--steps", min=1, help="policy versions to train"),
+    max_staleness: int = typer.Option(4, "--max-staleness", min=0, help="the staleness budget"),
+    cheater: str = typer.Option(None, "--cheater", help=f"add a worker that cheats: {', '.join(CHEAT_MODES)}"),
+    lr: float = typer.Option(3e-5, "--lr"),
+    model: Path = typer.Option(None, "--model", help="base model folder (default: the embedded model)"),
+    live: bool = typer.Option(True, "--live/--no-live", help="redraw a live view (else a line every 15 s)"),
+) -> None:
+    """Run a whole market locally: chain, contracts, a job, a trainer, workers and validators as processes."""
+    if out.exists() and any(out.iterdir()):
+        raise RollnetError(f"{out} is not empty: pick another --out or remove it (runs are kept for inspection)")
+    config = DevnetConfig(out=out, workers=workers, validators=validators, steps=steps, max_staleness=max_staleness,
+                          cheater=cheater, lr=lr, model=model)
+    console = make_console()
+    run_devnet(config, console, live=live and console.is_terminal)

@@ -1,0 +1,258 @@
+"""A whole market on one machine: anvil, the contracts, a requester's job, and every participant as its own
+OS process (trainer, workers, validators, optionally a cheater) with its own key, data directory, SQLite
+store, event log and libp2p host.
+
+Invariants: every process this starts is stopped by `stop()` (Ctrl-C included): children first get
+SIGINT and time to finish cleanly, then SIGKILL; anvil last, after it has dumped its state into the run
+directory, so the whole run stays inspectable. Children run in their own sessions, so a terminal's Ctrl-C
+reaches only the orchestrator, which stops them in order. Every participant's data directory holds the
+deployment, so it finds the chain and contracts itself; nothing but loopback addresses is used.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rollnet.node.chain.anvil import AnvilProcess, start_anvil
+from rollnet.node.chain.client import ChainClient
+from rollnet.node.chain.deploy import deploy_market
+from rollnet.node.chain.job import FactoryClient, JobClient
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.config import Deployment, resolve_data_dir
+from rollnet.node.errors import ConfigError, RollnetError
+from rollnet.node.keys import dev_account
+from rollnet.node.model.builder import build_default_model, load_metadata
+from rollnet.node.p2p.identity import load_or_create_identity
+from rollnet.node.spec import JobSpecFile
+from rollnet.node.units import WEI_PER_ETH as ETH
+
+REQUESTER, TRAINER, FIRST_NODE = 0, 1, 2
+WORKER_NICENESS = 10
+CHEAT_MODES = ("fabricate", "noise", "wrong-tokens", "inflate", "withhold")
+
+
+@dataclass(frozen=True)
+class DevnetConfig:
+    """What `rollnet devnet` runs; the defaults finish within five minutes on two cores."""
+
+    out: Path
+    workers: int = 3
+    validators: int = 2
+    steps: int = 40
+    max_staleness: int = 4
+    cheater: str | None = None
+    worker_delays: tuple[float, ...] = (0.0, 0.0, 0.5)
+    prompts_per_step: int = 32
+    tasks_per_lease: int = 8
+    group_size: int = 8
+    lr: float = 3e-5
+    stake_eth: int = 10
+    budget_eth: int = 50
+    lease_seconds: int = 60
+    vote_seconds: int = 120
+    challenge_seconds: int = 8
+    held_out_every: int = 10
+    model: Path | None = None
+
+    def check(self) -> None:
+        if self.workers < 1 or self.validators < 1:
+            raise ConfigError("a devnet needs at least one worker and one validator")
+        if FIRST_NODE + self.workers + self.validators + (1 if self.cheater else 0) > 20:
+            raise ConfigError("at most 18 workers, validators and cheater together (anvil funds 20 accounts)")
+        if self.cheater is not None and self.cheater not in CHEAT_MODES:
+            raise ConfigError(f"unknown cheater mode {self.cheater!r}: one of {', '.join(CHEAT_MODES)}")
+        if self.steps < 1:
+            raise ConfigError("--steps must be at least 1")
+
+    @property
+    def quorum(self) -> int:
+        return min(2, self.validators)
+
+
+@dataclass
+class Participant:
+    name: str
+    role: str  # trainer, worker, validator, cheater
+    account: int
+    data_dir: Path
+    argv: list[str]
+    module: str = "rollnet.cli"
+    process: subprocess.Popen | None = None
+    starts: int = 0
+
+    @property
+    def address(self) -> str:
+        return dev_account(self.account).address
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def events_path(self) -> Path:
+        return self.data_dir / "events.jsonl"
+
+
+@dataclass
+class Devnet:
+    config: DevnetConfig
+    anvil: AnvilProcess | None = None
+    deployment: Deployment | None = None
+    job: str = ""
+    model: Path | None = None
+    participants: dict[str, Participant] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    # ------------------------------------------------------------------ setting up
+
+    def start(self) -> Devnet:
+        """Chain, contracts, the job, stakes, then the trainer and (once it listens) everyone else."""
+        config = self.config
+        config.check()
+        config.out.mkdir(parents=True, exist_ok=True)
+        self.started_at = time.time()
+        self.model = config.model or build_default_model(resolve_data_dir(None) / "models")
+        self.anvil = start_anvil(log_path=config.out / "anvil.log",
+                                 extra_args=["--dump-state", str(config.out / "anvil-state.json")])
+        requester = ChainClient(self.anvil.url, dev_account(REQUESTER))
+        self.deployment = deploy_market(requester)
+        self.job = self._create_job(requester)
+        self._plan()
+        for person in self.participants.values():
+            person.data_dir.mkdir(parents=True, exist_ok=True)
+            self.deployment.save(person.data_dir)
+            if person.role in ("worker", "validator", "cheater"):
+                identity = load_or_create_identity(person.data_dir)
+                registry = RegistryClient(ChainClient(self.anvil.url, dev_account(person.account)),
+                                          self.deployment.registry)
+                role = Role.VALIDATOR if person.role == "validator" else Role.WORKER
+                registry.join(identity.peer_id_bytes, role, config.stake_eth * ETH)
+        self.launch("trainer")
+        bootstrap = self._trainer_addr()
+        for person in self.participants.values():
+            if person.role != "trainer":
+                person.argv += ["--bootstrap", bootstrap]
+                self.launch(person.name)
+        return self
+
+    def _create_job(self, requester: ChainClient) -> str:
+        config = self.config
+        root = load_metadata(self.model)["bf16_content_root"]
+        spec = JobSpecFile(
+            model="embedded", model_root="0x" + root, task="addition-2digit", trainer=dev_account(TRAINER).address,
+            arbiter="self", group_size=config.group_size, tasks_per_lease=config.tasks_per_lease,
+            max_staleness=config.max_staleness, quorum=config.quorum, clip_epsilon=0.2, clip_delta=4.0,
+            lease_seconds=config.lease_seconds, vote_seconds=config.vote_seconds,
+            challenge_seconds=config.challenge_seconds, resolve_seconds=60, reward_per_sample_eth="0.001",
+            slash_eth="1", challenge_bond_eth="0.5")
+        return FactoryClient(requester, self.deployment.factory).create_job(spec.to_abi(requester.address),
+                                                                           config.budget_eth * ETH)
+
+    def _plan(self) -> None:
+        config, out = self.config, self.config.out
+        common = ["--job", self.job, "--model", str(self.model)]
+
+        def add(name: str, role: str, account: int, argv: list[str], module: str = "rollnet.cli") -> None:
+            folder = out / name
+            self.participants[name] = Participant(name, role, account, folder,
+                                                  ["--data-dir", str(folder), *argv, "--dev-account", str(account)],
+                                                  module)
+
+        add("trainer", "trainer", TRAINER,
+            ["trainer", "run", *common, "--steps", str(config.steps), "--run-dir", str(out / "trainer"),
+             "--max-staleness", str(config.max_staleness), "--prompts-per-step", str(config.prompts_per_step),
+             "--group-size", str(config.group_size), "--lr", str(config.lr),
+             "--held-out-every", str(config.held_out_every)])
+        account = FIRST_NODE
+        for i in range(config.workers):
+            delay = config.worker_delays[i] if i < len(config.worker_delays) else 0.0
+            add(f"worker-{i}", "worker", account,
+                ["node", "work", *common, "--leases", "0", "--serve", "0", "--delay", str(delay)])
+            account += 1
+        for i in range(config.validators):
+            add(f"validator-{i}", "validator", account, ["validator", "run", *common, "--interval", "0.3"])
+            account += 1
+        if config.cheater:
+            add("cheater", "cheater", account,
+                ["node", "work", *common, "--leases", "0", "--serve", "0", "--cheat", config.cheater],
+                module="rollnet.devnet.cheats")
+
+    def _trainer_addr(self, timeout: float = 120.0) -> str:
+        path = self.participants["trainer"].data_dir / "p2p-addr"
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            if not self.participants["trainer"].alive:
+                raise RollnetError(f"the trainer exited during start-up: see {self.log_path('trainer')}")
+            if time.monotonic() > deadline:
+                raise RollnetError("the trainer did not start listening within two minutes")
+            time.sleep(0.2)
+        return path.read_text().strip()
+
+    # ------------------------------------------------------------------ processes
+
+    def log_path(self, name: str) -> Path:
+        return self.participants[name].data_dir / "process.log"
+
+    def launch(self, name: str) -> Participant:
+        person = self.participants[name]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ROLLNET_RPC_URL": self.anvil.url, "PYTHONUNBUFFERED": "1"}
+        env.pop("ROLLNET_PRIVATE_KEY", None)
+        env.pop("ROLLNET_DEPLOYMENT", None)
+        # Workers stand for contributors' own machines: here they share the cores, so they yield them to
+        # the trainer and validators (the critical path) instead of starving them.
+        niceness = WORKER_NICENESS if person.role in ("worker", "cheater") else 0
+        with self.log_path(name).open("ab") as log:
+            person.process = subprocess.Popen([sys.executable, "-m", person.module, *person.argv], stdout=log,
+                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                              start_new_session=True,
+                                              preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+        person.starts += 1
+        return person
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        person = self.participants[name]
+        if person.alive:
+            person.process.send_signal(sig)
+            person.process.wait(30)
+
+    def freeze_chain(self, seconds: float) -> None:
+        """SIGSTOP anvil for `seconds`, then SIGCONT: an unresponsive chain endpoint."""
+        os.kill(self.anvil.pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(self.anvil.pid, signal.SIGCONT)
+
+    def stop_roles(self, *roles: str, timeout: float = 20.0) -> None:
+        """Ask every live process of `roles` to stop (SIGINT), then kill what has not stopped in time."""
+        chosen = [p for p in self.participants.values() if p.role in roles and p.alive]
+        for person in chosen:
+            person.process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + timeout
+        for person in chosen:
+            try:
+                person.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                person.process.kill()
+                person.process.wait(10)
+
+    def stop(self) -> None:
+        self.stop_roles("trainer", "worker", "validator", "cheater")
+        if self.anvil is not None:
+            self.anvil.stop(timeout=10)
+            self.anvil = None
+
+    # ------------------------------------------------------------------ chain access for the orchestrator
+
+    def client(self, account: int = REQUESTER) -> ChainClient:
+        return ChainClient(self.anvil.url, dev_account(account))
+
+    def job_client(self, account: int = REQUESTER) -> JobClient:
+        return JobClient(self.client(account), self.job)
+

@@ -1,0 +1,260 @@
+"""The chain-fed trainer: admits validated rollout batches from the market, trains, and publishes each
+version on chain and as a signed delta over libp2p.
+
+Invariants: a batch reaches the buffer only through `admit_submission` (a verdict quorum by gossip, or the
+chain's recorded acceptance) and only once: the ledger (SQLite) records each lease's outcome, so a
+restarted trainer never admits a batch twice; version v is published on chain only after the trainer's
+state for v is saved and v is in its policy store, and announced by gossip only after the chain holds
+it, so a follower can always check an announcement against the chain; a restart publishes what is
+missing (on chain, then by gossip) and nothing twice. Recent announcements are repeated, because gossip
+can be missed. Chain outages back off and retry; they never skip a batch or a version.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rollnet.node.chain.job import JobClient, LeaseStatus
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.errors import ChainUnavailable, RollnetError
+from rollnet.node.events import EventLog
+from rollnet.node.ledger import SubmissionLedger
+from rollnet.node.model.builder import greedy_accuracy
+from rollnet.node.p2p.authorize import JobAuthorizer
+from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
+from rollnet.node.p2p.fetch import Fetcher
+from rollnet.node.p2p.host import P2PNode, topics
+from rollnet.node.rollout.submission import SubmissionError, parse_submission
+from rollnet.node.verdicts import VerdictBook
+from rollnet.trainer.admission import admit_submission
+from rollnet.trainer.buffer import RolloutBuffer
+from rollnet.trainer.local import HELD_OUT
+from rollnet.trainer.trainer import Trainer
+
+log = logging.getLogger(__name__)
+DECIDED_ACCEPTED = (LeaseStatus.ACCEPTED, LeaseStatus.PAID)
+DECIDED_AGAINST = (LeaseStatus.REJECTED, LeaseStatus.SLASHED, LeaseStatus.LAPSED, LeaseStatus.RETURNED)
+
+
+@dataclass
+class MarketCounts:
+    admitted_batches: int = 0
+    refused_batches: int = 0
+    samples: Counter = field(default_factory=Counter)
+
+
+class MarketTrainer:
+    def __init__(self, trainer: Trainer, job: JobClient, registry: RegistryClient, node: P2PNode,
+                 ledger: SubmissionLedger, fetch: Fetcher, events: EventLog, *, held_out_every: int = 10,
+                 reannounce_s: float = 2.0, recent_versions: int = 8):
+        self.trainer = trainer
+        self.job = job
+        self.registry = registry
+        self.node = node
+        self.ledger = ledger
+        self.fetch = fetch
+        self.events = events
+        self.held_out_every = held_out_every
+        self.reannounce_s = reannounce_s
+        spec = job.spec()
+        self.spec = spec
+        if spec["trainer"].lower() != trainer.signer.address.lower():
+            raise RollnetError(f"job {job.address} names trainer {spec['trainer']}, not {trainer.signer.address}")
+        config = trainer.config
+        if spec["group_size"] != config.group_size:
+            raise RollnetError(f"the job samples groups of {spec['group_size']}, the trainer expects "
+                               f"{config.group_size}: pass --group-size {spec['group_size']}")
+        if trainer.store.roots.get(0) != job.policy_root(0):
+            raise RollnetError("the base model's bf16 content root differs from the job's model root: deploy the "
+                               "job with model_root = the base model's root (see `rollnet model init`)")
+        self.buffer = RolloutBuffer(config.group_size, min(config.max_staleness, spec["max_staleness"]),
+                                    trainer.model.config.vocab_size)
+        self.buffer.advance(trainer.version)
+        self.book = VerdictBook(job.address, spec["quorum"],
+                                lambda validator: registry.is_active(validator, Role.VALIDATOR))
+        self.verdict_topic = topics(job.address)["verdict"]
+        self.policy_topic = topics(job.address)["policy"]
+        node.subscribe(self.verdict_topic, authorize=JobAuthorizer(job.address, spec["trainer"], registry))
+        self.counts = MarketCounts()
+        self._announcements: dict[int, bytes] = {}
+        self._recent = recent_versions
+        self._announced_at = 0.0
+        self._worker_of_seed: dict[int, str] = {}
+        self._last_version_at = time.time()
+        self._recent_announced = False
+        node.policy_source = lambda start: [self._announcements[v] for v in sorted(self._announcements) if v >= start]
+
+    def announce_recent(self) -> None:
+        """After a (re)start: announce the recent versions already on chain, so followers can catch up."""
+        if self._recent_announced:
+            return
+        on_chain = self.job.status().current_version
+        for version in sorted(self.trainer.store.deltas)[-self._recent:]:
+            if version <= on_chain and version not in self._announcements:
+                self._announce(version)
+        self._recent_announced = True
+
+    # ------------------------------------------------------------------ publishing
+
+    def publish_current(self) -> None:
+        """Put the trainer's current version on chain (if missing) and announce it with its delta."""
+        version = self.trainer.version
+        if version == 0:
+            return
+        if self.job.status().current_version < version:
+            self.job.publish_policy(version, self.trainer.store.roots[version])
+        if version not in self._announcements:
+            self._announce(version)
+
+    def _announce(self, version: int) -> None:
+        store = self.trainer.store
+        if version not in store.deltas:
+            return
+        data = store.delta_path(version).read_bytes()
+        delta_root = self.node.store.put(data)
+        body = PolicyAnnouncement(job=self.job.address, nonce=version, timestamp=time.time(), version=version,
+                                  base_version=store.deltas[version], target_root=store.roots[version].hex(),
+                                  delta_root=delta_root.hex(), delta_size=len(data))
+        self._announcements[version] = seal(body, self.trainer.signer)
+        for old in sorted(self._announcements)[:-self._recent]:
+            del self._announcements[old]
+        self.node.publish(self.policy_topic, self._announcements[version])
+        self._announced_at = time.monotonic()
+
+    def reannounce(self) -> None:
+        if time.monotonic() - self._announced_at < self.reannounce_s:
+            return
+        for version in sorted(self._announcements):
+            self.node.publish(self.policy_topic, self._announcements[version])
+        self._announced_at = time.monotonic()
+
+    # ------------------------------------------------------------------ admission
+
+    def take_verdicts(self) -> None:
+        while True:
+            try:
+                message = self.node.gossip_inbox.get_nowait()
+            except queue.Empty:
+                return
+            if message.topic != self.verdict_topic:
+                continue
+            try:
+                self.book.add(message.data)
+            except EnvelopeError as exc:
+                log.info("dropped a verdict: %s", exc)
+
+    def follow_submissions(self) -> None:
+        client = self.job.client
+        head = client.block_number()
+        start = self.ledger.cursor(self.job.address) + 1
+        if head < start:
+            return
+        logs = client.events(self.job.contract, "BatchSubmitted", start, head)
+        rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
+                for e in logs]
+        self.ledger.record_events(self.job.address, rows, head)
+
+    def admit_ready(self) -> None:
+        for row in self.ledger.unjudged(self.job.address):
+            if self.trainer.version - row.policy_version > self.buffer.max_staleness:
+                self._decide(row, False, "too stale for the buffer", Counter({"too stale": 1}))
+                continue
+            gossip_quorum = self.book.admitted(row.lease_id, row.root)
+            status = self.job.lease(row.lease_id).status if not gossip_quorum else LeaseStatus.ACCEPTED
+            if status in DECIDED_AGAINST:
+                self._decide(row, False, f"{status.name.lower()} on chain", Counter({"refused": 1}))
+                continue
+            if status not in DECIDED_ACCEPTED:
+                continue  # no quorum yet: wait
+            data = self.fetch(row.root, row.worker)
+            if data is None:
+                continue  # the worker is unreachable now; try again next round
+            counts = admit_submission(data, row.lease_id, row.root, self.book, self.buffer,
+                                      accepted_on_chain=status in DECIDED_ACCEPTED)
+            if counts.get("admitted"):
+                for seed in self._seeds(data):
+                    self._worker_of_seed[seed] = row.worker
+            self._decide(row, bool(counts.get("admitted")), ",".join(sorted(counts)), counts)
+
+    @staticmethod
+    def _seeds(data: bytes) -> set[int]:
+        try:
+            return {r.task_seed for r in parse_submission(data).rollout_batch().to_rollouts()}
+        except SubmissionError:
+            return set()
+
+    def _decide(self, row: object, admitted: bool, reason: str, counts: Counter) -> None:
+        self.ledger.record_verdict(self.job.address, row.lease_id, admitted, reason)
+        self.ledger.mark_attested(self.job.address, [row.lease_id])
+        if admitted:
+            self.counts.admitted_batches += 1
+        else:
+            self.counts.refused_batches += 1
+        self.counts.samples.update(counts)
+        self.events.emit("admission", lease=row.lease_id, worker=row.worker, version=row.policy_version,
+                         trainer_version=self.trainer.version, admitted=admitted, counts=dict(counts))
+
+    # ------------------------------------------------------------------ training
+
+    def held_out(self) -> float:
+        model = self.trainer.model
+        accuracy = greedy_accuracy(model, self.trainer.tokenizer, self.trainer.task, HELD_OUT)
+        model.train()
+        self.events.emit("held_out", version=self.trainer.version, accuracy=accuracy)
+        return accuracy
+
+    def train_if_ready(self) -> bool:
+        config = self.trainer.config
+        if self.buffer.ready_groups < config.prompts_per_step:
+            return False
+        groups = self.buffer.take(config.prompts_per_step)
+        per_worker: dict[str, Counter] = {}
+        for group in groups:
+            worker = self._worker_of_seed.pop(group.task_seed, "unknown")
+            per_worker.setdefault(worker, Counter())[self.trainer.version - group.version] += len(group.rollouts)
+        report = self.trainer.train_on(groups)
+        self.buffer.advance(self.trainer.version)
+        started = time.perf_counter()
+        self.publish_current()
+        now = time.time()
+        rewards = [r for g in groups for r in self.trainer.rewards(g)]
+        self.events.emit(
+            "step", version=self.trainer.version, reward=sum(rewards) / max(1, len(rewards)), groups=len(groups),
+            samples=report.samples, loss=report.loss, max_ratio=report.max_ratio,
+            clipped=report.clipped_fraction, staleness={str(g): n for g, n in Counter(report.staleness).items()},
+            per_worker={w: {str(g): n for g, n in c.items()} for w, c in per_worker.items()},
+            delta_bytes=report.published.delta_bytes if report.published else None,
+            changed_fraction=report.published.changed_fraction if report.published else None,
+            train_s=round(report.seconds, 4), publish_s=round(time.perf_counter() - started, 4),
+            interval_s=round(now - self._last_version_at, 4))
+        self._last_version_at = now
+        if self.trainer.version % self.held_out_every == 0:
+            self.held_out()
+        return True
+
+    def round(self) -> None:
+        """One pass: verdicts, new submissions, admission, maybe a training step, re-announcements."""
+        self.take_verdicts()
+        self.follow_submissions()
+        self.admit_ready()
+        self.train_if_ready()
+        self.reannounce()
+
+    def run(self, steps: int, poll_s: float = 0.2) -> None:
+        backoff = poll_s
+        while self.trainer.version < steps:
+            try:
+                self.publish_current()
+                self.announce_recent()
+                self.round()
+                backoff = poll_s
+                time.sleep(poll_s)
+            except ChainUnavailable as exc:
+                log.warning("chain unavailable (%s); retrying in %.1f s", exc, backoff)
+                self.events.emit("chain_unavailable", wait_s=backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
