@@ -102,7 +102,8 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
     gas = gas_by_call(job.client, addresses, net.deployment.deployed_at_block)
     params = sum(p.numel() for p in load_policy(net.model)[0].parameters())
     config = net.config
-    run = {"workers": config.workers, "validators": config.validators, "steps": config.steps,
+    run = {"workers": config.workers, "validators": config.validators, "steps": config.steps, "lr": config.lr,
+           "max_undecided": config.max_undecided,
            "cheater": config.cheater, "max_staleness": config.max_staleness, "job": net.job,
            "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at}
     from rollnet.devnet.report import build_report
@@ -143,6 +144,9 @@ def devnet(
     max_staleness: int = typer.Option(4, "--max-staleness", min=0, help="the staleness budget"),
     cheater: str = typer.Option(None, "--cheater", help=f"add a worker that cheats: {', '.join(CHEAT_MODES)}"),
     lr: float = typer.Option(3e-5, "--lr"),
+    max_undecided: int = typer.Option(1, "--max-undecided", min=1,
+                                      help="batches a worker keeps waiting for validators (back-pressure)"),
+    held_out_every: int = typer.Option(10, "--held-out-every", min=1, help="versions between held-out evaluations"),
     model: Path = typer.Option(None, "--model", help="base model folder (default: the embedded model)"),
     live: bool = typer.Option(True, "--live/--no-live", help="redraw a live view (else a line every 15 s)"),
 ) -> None:
@@ -150,6 +154,7 @@ def devnet(
     if out.exists() and any(out.iterdir()):
         raise RollnetError(f"{out} is not empty: pick another --out or remove it (runs are kept for inspection)")
     config = DevnetConfig(out=out, workers=workers, validators=validators, steps=steps, max_staleness=max_staleness,
-                          cheater=cheater, lr=lr, model=model)
+                          cheater=cheater, lr=lr, model=model, max_undecided=max_undecided,
+                          held_out_every=held_out_every)
     console = make_console()
     run_devnet(config, console, live=live and console.is_terminal)

@@ -58,6 +58,7 @@ class DevnetConfig:
     vote_seconds: int = 120
     challenge_seconds: int = 8
     held_out_every: int = 10
+    max_undecided: int = 1
     model: Path | None = None
 
     def check(self) -> None:
@@ -173,7 +174,8 @@ class Devnet:
         for i in range(config.workers):
             delay = config.worker_delays[i] if i < len(config.worker_delays) else 0.0
             add(f"worker-{i}", "worker", account,
-                ["node", "work", *common, "--leases", "0", "--serve", "0", "--delay", str(delay)])
+                ["node", "work", *common, "--leases", "0", "--serve", "0", "--delay", str(delay),
+                 "--max-undecided", str(config.max_undecided)])
             account += 1
         for i in range(config.validators):
             add(f"validator-{i}", "validator", account, ["validator", "run", *common, "--interval", "0.3"])

@@ -193,7 +193,8 @@ def markdown(report: dict) -> str:
         "# rollnet devnet report", "",
         f"{run['workers']} workers, {run['validators']} validators"
         + (f", a `{run['cheater']}` cheater" if run.get("cheater") else "")
-        + f", {report['steps']} training steps in {run['seconds']:.0f} s (staleness budget {staleness['budget']}).", "",
+        + f", {report['steps']} training steps in {run['seconds']:.0f} s (staleness budget {staleness['budget']}, "
+        f"lr {run.get('lr', '-')}, at most {run.get('max_undecided', '-')} undecided batch(es) per worker).", "",
         "| measure | value |", "|---|---|",
         f"| held-out greedy accuracy | {held['base']:.3f} (base) → {held['final']:.3f} (final) |"
         if held["base"] is not None else "| held-out greedy accuracy | - |",
