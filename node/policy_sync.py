@@ -113,7 +113,7 @@ class PolicyFollower:
     def _pull_if_behind(self) -> None:
         self._checked_chain_at = time.monotonic()
         try:
-            if self.job.status().current_version <= self.latest:
+            if self.job.current_version() <= self.latest:
                 return
         except ChainUnavailable:
             return

@@ -117,7 +117,7 @@ class WorkerLoop:
         self._undecided = [i for i in self._undecided if self.job.lease(i).status is LeaseStatus.SUBMITTED]
         if len(self._undecided) >= self.max_undecided:
             return False  # back-pressure: validators are behind, and more batches would only age in their queue
-        current = self.job.status().current_version
+        current = self.job.current_version()
         version = min(self.follower.latest, current)
         if current - version > self._spec["max_staleness"]:
             self.events.emit("waiting_for_policy", have=version, chain=current)
@@ -136,7 +136,7 @@ class WorkerLoop:
                 raise
             self.events.emit("stale_at_submit", lease=lease.lease_id, version=version)  # the lease will expire
             return False
-        chain_version = self.job.status().current_version
+        chain_version = self.job.current_version()
         self.submitted += 1
         self._undecided.append(lease.lease_id)
         self.events.emit("submit", lease=lease.lease_id, version=version, chain_version=chain_version,
@@ -148,7 +148,7 @@ class WorkerLoop:
         """Keeper duties on every lease not yet final, then withdraw what this worker is owed."""
         self._keeper_at = time.monotonic()
         now = self.job.client.latest_timestamp()
-        count = self.job.status().lease_count
+        count = self.job.lease_count()
         final = (LeaseStatus.PAID, LeaseStatus.SLASHED, LeaseStatus.RETURNED, LeaseStatus.LAPSED)
         low = None
         for lease_id in range(self._low_lease, count + 1):

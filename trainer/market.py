@@ -22,7 +22,7 @@ from rollnet.node.chain.job import JobClient, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
-from rollnet.node.ledger import SubmissionLedger
+from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.model.builder import greedy_accuracy
 from rollnet.node.p2p.authorize import JobAuthorizer
 from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
@@ -92,7 +92,7 @@ class MarketTrainer:
         """After a (re)start: announce the recent versions already on chain, so followers can catch up."""
         if self._recent_announced:
             return
-        on_chain = self.job.status().current_version
+        on_chain = self.job.current_version()
         for version in sorted(self.trainer.store.deltas)[-self._recent:]:
             if version <= on_chain and version not in self._announcements:
                 self._announce(version)
@@ -105,7 +105,7 @@ class MarketTrainer:
         version = self.trainer.version
         if version == 0:
             return
-        if self.job.status().current_version < version:
+        if self.job.current_version() < version:
             self.job.publish_policy(version, self.trainer.store.roots[version])
         if version not in self._announcements:
             self._announce(version)
@@ -174,7 +174,7 @@ class MarketTrainer:
             if data is None:
                 continue  # the worker is unreachable now; try again next round
             counts = admit_submission(data, row.lease_id, row.root, self.book, self.buffer,
-                                      accepted_on_chain=status in DECIDED_ACCEPTED)
+                                      accepted_on_chain=not gossip_quorum)
             if counts.get("admitted"):
                 for seed in self._seeds(data):
                     self._worker_of_seed[seed] = row.worker
@@ -187,7 +187,7 @@ class MarketTrainer:
         except SubmissionError:
             return set()
 
-    def _decide(self, row: object, admitted: bool, reason: str, counts: Counter) -> None:
+    def _decide(self, row: Pending, admitted: bool, reason: str, counts: Counter) -> None:
         self.ledger.record_verdict(self.job.address, row.lease_id, admitted, reason)
         self.ledger.mark_attested(self.job.address, [row.lease_id])
         if admitted:

@@ -122,6 +122,13 @@ class JobClient:
             closed=self._call("closed"),
         )
 
+    def current_version(self) -> int:
+        """The job's policy clock: the latest version the trainer published."""
+        return self._call("currentVersion")
+
+    def lease_count(self) -> int:
+        return self._call("leaseCount")
+
     def lease(self, lease_id: int) -> Lease:
         raw = self._call("getLease", lease_id)
         worker, deadline, status, first, version, acc, rej, seed, root = raw

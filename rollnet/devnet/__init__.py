@@ -9,6 +9,7 @@ ends by itself or by Ctrl-C; every process it started is stopped when it returns
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from pathlib import Path
 
@@ -70,12 +71,12 @@ def settle(net: Devnet, console: Console, wait_s: float = 90.0) -> None:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         now = job.client.latest_timestamp()
-        leases = [job.lease(i) for i in range(1, job.status().lease_count + 1)]
+        leases = [job.lease(i) for i in range(1, job.lease_count() + 1)]
         if not any(lease.status in in_flight and lease.deadline >= now for lease in leases):
             break
         time.sleep(0.5)
     net.stop_roles("validator", "worker", "cheater")
-    decided = [lease for lease in (job.lease(i) for i in range(1, job.status().lease_count + 1))
+    decided = [lease for lease in (job.lease(i) for i in range(1, job.lease_count() + 1))
                if lease.status in (LeaseStatus.ACCEPTED, LeaseStatus.REJECTED)]
     last_deadline = max((lease.deadline for lease in decided), default=0)
     while True:
@@ -103,7 +104,7 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
     params = sum(p.numel() for p in load_policy(net.model)[0].parameters())
     config = net.config
     run = {"workers": config.workers, "validators": config.validators, "steps": config.steps, "lr": config.lr,
-           "max_undecided": config.max_undecided,
+           "max_undecided": config.max_undecided, "group_size": config.group_size,
            "cheater": config.cheater, "max_staleness": config.max_staleness, "job": net.job,
            "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at}
     from rollnet.devnet.report import build_report
@@ -136,14 +137,18 @@ def run_devnet(config: DevnetConfig, console: Console, live: bool = True, timeou
         net.stop()
 
 
+def _terminate_as_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def devnet(
-    out: Path = typer.Option(Path("runs/devnet"), "--out", help="run directory (kept afterwards)"),
+    out: Path = typer.Option(None, "--out", help="run directory, kept afterwards (default runs/devnet-<time>)"),
     workers: int = typer.Option(3, "--workers", min=1),
     validators: int = typer.Option(2, "--validators", min=1),
     steps: int = typer.Option(40, "--steps", min=1, help="policy versions to train"),
     max_staleness: int = typer.Option(4, "--max-staleness", min=0, help="the staleness budget"),
     cheater: str = typer.Option(None, "--cheater", help=f"add a worker that cheats: {', '.join(CHEAT_MODES)}"),
-    lr: float = typer.Option(3e-5, "--lr"),
+    lr: float = typer.Option(2e-5, "--lr"),
     max_undecided: int = typer.Option(1, "--max-undecided", min=1,
                                       help="batches a worker keeps waiting for validators (back-pressure)"),
     held_out_every: int = typer.Option(10, "--held-out-every", min=1, help="versions between held-out evaluations"),
@@ -151,8 +156,10 @@ def devnet(
     live: bool = typer.Option(True, "--live/--no-live", help="redraw a live view (else a line every 15 s)"),
 ) -> None:
     """Run a whole market locally: chain, contracts, a job, a trainer, workers and validators as processes."""
+    out = out or Path("runs") / time.strftime("devnet-%Y%m%d-%H%M%S")
     if out.exists() and any(out.iterdir()):
         raise RollnetError(f"{out} is not empty: pick another --out or remove it (runs are kept for inspection)")
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # `kill`/`docker stop` clean up like Ctrl-C
     config = DevnetConfig(out=out, workers=workers, validators=validators, steps=steps, max_staleness=max_staleness,
                           cheater=cheater, lr=lr, model=model, max_undecided=max_undecided,
                           held_out_every=held_out_every)

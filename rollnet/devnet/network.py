@@ -51,7 +51,7 @@ class DevnetConfig:
     prompts_per_step: int = 32
     tasks_per_lease: int = 8
     group_size: int = 8
-    lr: float = 3e-5
+    lr: float = 2e-5
     stake_eth: int = 10
     budget_eth: int = 50
     lease_seconds: int = 60

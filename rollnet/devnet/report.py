@@ -53,9 +53,13 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
                            if admissions.get(e["lease"], {}).get("admitted"))
     market_gas = sum(v["gas"] for v in gas.values() if not v["setup"])
     chain = state.chain
+    consumed = sum(s["groups"] for s in steps) * run.get("group_size", 8)
     report = {
         "run": run,
         "steps": len(steps),
+        "samples": {"accepted": sum(e["rollouts"] for p in state.people.values() for e in p.of("submit")
+                                    if admissions.get(e["lease"], {}).get("admitted")),
+                    "consumed_by_training": consumed, "trained_with_signal": trained},
         "held_out": {"base": held[0]["accuracy"] if held else None, "final": held[-1]["accuracy"] if held else None,
                      "by_version": {h["version"]: h["accuracy"] for h in held}},
         "reward_by_version": {s["version"]: s["reward"] for s in steps},
@@ -214,8 +218,9 @@ def markdown(report: dict) -> str:
         f"B = {prediction['broadcast_s'] * 1000:.2f} ms, so g = B/S = {prediction['g_broadcast']:.4f}: "
         "the broadcast tax is negligible at this model size. The realised g is set by the rest of the pipeline: "
         f"generation ({prediction['generation_s']:.2f} s per lease) and validation until admission "
-        f"({prediction['validation_s']:.2f} s), so (B + generation + validation)/S = {prediction['g_pipeline']:.2f} "
-        f"predicts the realised mean g = {staleness['mean_g']:.2f}.", "",
+        f"({prediction['validation_s']:.2f} s): (B + generation + validation)/S = {prediction['g_pipeline']:.2f}, "
+        f"against the realised mean g = {staleness['mean_g']:.2f} (samples also wait in the buffer for a full "
+        "batch). The transfer rate is that of one delta fetch on loopback, round trips included.", "",
         "| g | samples |", "|---|---|",
         *[f"| {g} | {n} |" for g, n in staleness["histogram"].items()], "",
         "## Money", "",
