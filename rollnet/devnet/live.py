@@ -37,26 +37,29 @@ def render(state: RunState, started: float, steps: int, budget: int, alive: dict
         f"escrow {format_eth(chain.escrow)}",
         f"staleness budget {budget}",
     )
-    table = Table(expand=False)
-    for column in ("participant", "state", "policy", "staleness g (samples)", "submitted", "verdicts",
-                   "stake", "earned"):
-        table.add_column(column, justify="left" if column in ("participant", "state") else "right")
+    table = Table(expand=False, caption="[green]running[/] / [red]stopped[/]")
+    table.add_column("participant", no_wrap=True)
+    for column in ("v", "staleness g:samples", "batches", "verdicts", "stake ETH", "earned ETH"):
+        table.add_column(column, justify="right")
     by_worker = state.staleness_by_worker()
     for person in state.people.values():
-        submits = person.of("submit")
-        verdicts = person.of("verdict")
         histogram = by_worker.get(person.name)
+        verdicts = person.of("verdict")
+        colour = "green" if alive.get(person.name) else "red"
         table.add_row(
-            f"{person.name}",
-            "[green]running[/]" if alive.get(person.name) else "[red]stopped[/]",
+            f"[{colour}]{person.name}[/]",
             str(person.policy_version if person.role != "trainer" else (last["version"] if last else 0)),
             " ".join(f"{g}:{n}" for g, n in sorted(histogram.items())) if histogram else "",
-            str(len(submits)) if person.role in ("worker", "cheater") else "",
+            str(len(person.of("submit"))) if person.role in ("worker", "cheater") else "",
             (f"{sum(v['accept'] for v in verdicts)}✓ {sum(not v['accept'] for v in verdicts)}✗"
              if person.role == "validator" else ""),
-            format_eth(chain.stake.get(person.name, 0)) if person.role != "trainer" else "",
-            format_eth(chain.owed.get(person.name, 0) + chain.withdrawn.get(person.name, 0))
+            _eth(chain.stake.get(person.name, 0)) if person.role != "trainer" else "",
+            _eth(chain.owed.get(person.name, 0) + chain.withdrawn.get(person.name, 0))
             if person.role in ("worker", "cheater") else "",
         )
     return Group(header, table, Text("Ctrl-C stops every process; the run directory keeps everything.",
                                      style="dim"))
+
+
+def _eth(wei: int) -> str:
+    return f"{wei / 10**18:.3f}".rstrip("0").rstrip(".")
