@@ -132,9 +132,11 @@ class WorkerLoop:
                               policy_version=version, policy_root=self.job.policy_root(version).hex(),
                               delay_s=self.delay_s, tamper=self.tamper)
         except ContractRevert as exc:
-            if exc.error_name != "StalePolicy":
+            if exc.error_name not in ("StalePolicy", "LeaseExpired"):
                 raise
-            self.events.emit("stale_at_submit", lease=lease.lease_id, version=version)  # the lease will expire
+            # Too slow for this lease: the policy aged past the bound or the lease ran out. It returns to the
+            # queue when it expires; the work is lost, never paid.
+            self.events.emit("lost_lease", lease=lease.lease_id, version=version, reason=exc.error_name)
             return False
         chain_version = self.job.current_version()
         self.submitted += 1

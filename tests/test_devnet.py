@@ -205,6 +205,7 @@ def test_ctrl_c_stops_every_process_and_keeps_the_run_directory(tmp_path: Path, 
     try:
         wait_until(lambda: (out / "worker-0" / "events.jsonl").exists() and any(
             e["kind"] == "submit" for e in iter_events(out / "worker-0" / "events.jsonl")), 180, "a submission")
+        wait_until(lambda: (out / "validator-0" / "events.jsonl").exists(), 120, "the validator to start")
         assert len(processes_mentioning(str(out))) >= 4  # trainer, worker, validator, anvil (its state file)
         devnet.send_signal(signal.SIGINT)
         output, _ = devnet.communicate(timeout=60)
