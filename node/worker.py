@@ -25,10 +25,10 @@ from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import JobClient, Lease, LeaseStatus
 from rollnet.node.errors import ChainUnavailable, ContractRevert
 from rollnet.node.events import EventLog
-from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.objects import ObjectStore, object_root
 from rollnet.node.policy_sync import PolicyFollower
-from rollnet.node.rollout.generate import Rollout, generate
+from rollnet.node.rollout.backend import PolicyEngine, RolloutBackend
+from rollnet.node.rollout.generate import Rollout
 from rollnet.node.rollout.submission import SubmissionHeader, make_submission
 from rollnet.node.rollout.wire import RolloutBatch
 from rollnet.node.tasks import Task, TaskInstance, seed_from_bytes
@@ -60,7 +60,7 @@ def submission_bytes(job: str, lease: Lease, worker: LocalAccount, task: Task, r
 class Tamper:
     """How a demonstration cheater departs from honest work (the devnet's `--cheater`); honest by default."""
 
-    model: Callable[[PreTrainedModel], PreTrainedModel] = lambda model: model
+    model: Callable[[PreTrainedModel], PreTrainedModel] = lambda model: model  # applied by a TransformersEngine
     rollouts: Callable[[list[Rollout]], list[float] | None] = lambda rollouts: None  # claimed rewards, or recompute
     withhold: bool = False
 
@@ -71,13 +71,13 @@ TAMPERS: dict[str, Callable[[PreTrainedTokenizerFast], Tamper]] = {}
 log = logging.getLogger(__name__)
 
 
-def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, model: PreTrainedModel,
-               tokenizer: PreTrainedTokenizerFast, store: ObjectStore, *, policy_version: int, policy_root: str,
-               max_new_tokens: int = 6, delay_s: float = 0.0, tamper: Tamper = HONEST) -> SubmittedLease:
+def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
+               store: ObjectStore, *, policy_version: int, policy_root: str, max_new_tokens: int = 6,
+               delay_s: float = 0.0, tamper: Tamper = HONEST) -> SubmittedLease:
     spec = job.spec()
-    rollouts = generate(tamper.model(model), tokenizer, leased_instances(task, lease, spec["tasks_per_lease"]),
-                        spec["group_size"], max_new_tokens=max_new_tokens, policy_version=policy_version,
-                        policy_root=policy_root)
+    rollouts = backend.generate(leased_instances(task, lease, spec["tasks_per_lease"]), spec["group_size"],
+                                max_new_tokens=max_new_tokens, temperature=1.0, policy_version=policy_version,
+                                policy_root=policy_root)
     data = submission_bytes(job.address, lease, worker, task, rollouts, policy_version, tamper.rollouts(rollouts))
     root = object_root(data) if tamper.withhold else store.put(data)
     if delay_s:
@@ -92,7 +92,7 @@ class WorkerLoop:
     account: LocalAccount
     task: Task
     follower: PolicyFollower
-    policies: StorePolicies
+    policies: PolicyEngine
     store: ObjectStore
     events: EventLog
     delay_s: float = 0.0
@@ -123,12 +123,12 @@ class WorkerLoop:
             self.events.emit("waiting_for_policy", have=version, chain=current)
             self.follower.wait_for(current - self._spec["max_staleness"], timeout=2.0)
             return False
-        model, tokenizer = self.policies(version)
+        backend = self.policies.at(version)
         lease = self.job.claim()
         self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
         started = time.perf_counter()
         try:
-            done = work_lease(self.job, lease, self.account, self.task, model, tokenizer, self.store,
+            done = work_lease(self.job, lease, self.account, self.task, backend, self.store,
                               policy_version=version, policy_root=self.job.policy_root(version).hex(),
                               delay_s=self.delay_s, tamper=self.tamper)
         except ContractRevert as exc:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, needs_vllm
 
 
 def run_bench(script: str, tmp_path: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> dict:
@@ -61,6 +61,29 @@ def test_toploc_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
     assert realistic.get("rows") or "rollnet[real]" in realistic["skipped"]
     for row in realistic.get("rows", []):
         assert row["overhead_fraction"] > 0 and row["verify_speedup"] > 0
+
+
+@needs_vllm
+def test_toploc_benchmark_with_vllm_rollouts_quick(tmp_path: Path, model_home: Path) -> None:
+    """Cross-engine: vLLM generates, the transformers prefill verifies; honest passes, every cheat fails."""
+    report = run_bench("toploc", tmp_path, {"ROLLNET_HOME": str(model_home)}, ("--backend", "vllm"))
+    rows = {row["case"]: row for row in report["rows"]}
+    assert report["backend"] == "vllm" and len(rows) == 9
+    for row in rows.values():
+        assert row["trials"] >= 16
+        assert row["detected"] == (0 if row["honest"] else row["trials"]), row
+
+
+@needs_vllm
+def test_generate_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
+    report = run_bench("generate", tmp_path, {"ROLLNET_HOME": str(model_home)}, ("--tiny",))
+    assert [row["batch"] for row in report["throughput"]] == [1, 8, 64]
+    for row in report["throughput"]:
+        assert row["vllm_tokens_per_s"] > 0 and row["transformers_tokens_per_s"] > 0
+    assert report["cross_engine"]["flagged_cpu_thresholds"] == 0  # vLLM's honest rollouts pass the validator
+    update = report["update"]
+    assert update["delta_bytes_median"] > 0
+    assert update["delta_apply_and_root_check_s"] > 0 and update["full_reload_s"] > 0
 
 
 def test_rollout_benchmark_quick(tmp_path: Path, model_home: Path) -> None:

