@@ -145,7 +145,8 @@ def top_k(chunk: torch.Tensor, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
     at = torch.nonzero(magnitude == cutoff).flatten()[: k - len(above)]
     chosen = torch.cat([above, at])
     order = chosen[torch.argsort(magnitude[chosen], descending=True, stable=True)]
-    return order.numpy().astype(np.int64), _bf16_patterns(flat[order])
+    # The selection runs where the activations are (a GPU under vLLM); only the k chosen values reach the host.
+    return order.cpu().numpy().astype(np.int64), _bf16_patterns(flat[order].cpu())
 
 
 def choose_modulus(indices: np.ndarray) -> int:

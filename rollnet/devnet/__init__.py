@@ -104,6 +104,7 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
     params = sum(p.numel() for p in load_policy(net.model)[0].parameters())
     config = net.config
     run = {"workers": config.workers, "validators": config.validators, "steps": config.steps, "lr": config.lr,
+           "backend": config.backend,
            "max_undecided": config.max_undecided, "group_size": config.group_size,
            "cheater": config.cheater, "max_staleness": config.max_staleness, "job": net.job,
            "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at}
@@ -153,6 +154,7 @@ def devnet(
                                       help="batches a worker keeps waiting for validators (back-pressure)"),
     held_out_every: int = typer.Option(10, "--held-out-every", min=1, help="versions between held-out evaluations"),
     model: Path = typer.Option(None, "--model", help="base model folder (default: the embedded model)"),
+    backend: str = typer.Option("transformers", "--backend", help="the workers' rollout backend: transformers or vllm"),
     live: bool = typer.Option(True, "--live/--no-live", help="redraw a live view (else a line every 15 s)"),
 ) -> None:
     """Run a whole market locally: chain, contracts, a job, a trainer, workers and validators as processes."""
@@ -162,6 +164,6 @@ def devnet(
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # `kill`/`docker stop` clean up like Ctrl-C
     config = DevnetConfig(out=out, workers=workers, validators=validators, steps=steps, max_staleness=max_staleness,
                           cheater=cheater, lr=lr, model=model, max_undecided=max_undecided,
-                          held_out_every=held_out_every)
+                          held_out_every=held_out_every, backend=backend)
     console = make_console()
     run_devnet(config, console, live=live and console.is_terminal)

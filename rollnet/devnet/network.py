@@ -29,6 +29,7 @@ from rollnet.node.errors import ConfigError, RollnetError
 from rollnet.node.keys import dev_account
 from rollnet.node.model.builder import build_default_model, load_metadata
 from rollnet.node.p2p.identity import load_or_create_identity
+from rollnet.node.rollout.backend import BACKENDS, require_vllm
 from rollnet.node.spec import JobSpecFile
 from rollnet.node.units import WEI_PER_ETH as ETH
 
@@ -60,10 +61,15 @@ class DevnetConfig:
     held_out_every: int = 10
     max_undecided: int = 1
     model: Path | None = None
+    backend: str = "transformers"  # the honest workers' rollout backend (the cheater's is transformers)
 
     def check(self) -> None:
         if self.workers < 1 or self.validators < 1:
             raise ConfigError("a devnet needs at least one worker and one validator")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"unknown backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.backend == "vllm":
+            require_vllm()
         if FIRST_NODE + self.workers + self.validators + (1 if self.cheater else 0) > 20:
             raise ConfigError("at most 18 workers, validators and cheater together (anvil funds 20 accounts)")
         if self.cheater is not None and self.cheater not in CHEAT_MODES:
@@ -175,7 +181,7 @@ class Devnet:
             delay = config.worker_delays[i] if i < len(config.worker_delays) else 0.0
             add(f"worker-{i}", "worker", account,
                 ["node", "work", *common, "--leases", "0", "--serve", "0", "--delay", str(delay),
-                 "--max-undecided", str(config.max_undecided)])
+                 "--max-undecided", str(config.max_undecided), "--backend", config.backend])
             account += 1
         for i in range(config.validators):
             add(f"validator-{i}", "validator", account, ["validator", "run", *common, "--interval", "0.3"])
