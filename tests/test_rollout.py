@@ -11,7 +11,7 @@ import pytest
 import torch
 from rollnet.node.errors import ConfigError
 from rollnet.node.rollout.generate import generate
-from rollnet.node.rollout.sampler import BatchNoise, noise_for_positions
+from rollnet.node.rollout.sampler import BatchNoise, SequenceNoise, noise_for_positions
 from rollnet.node.rollout.verify import verify_rollout, verify_rollouts
 from rollnet.node.rollout.wire import RolloutBatch
 from rollnet.node.tasks import load_task
@@ -109,6 +109,13 @@ def test_batch_noise_is_the_per_sequence_noise() -> None:
     for row, (seed, sample) in enumerate([(7, 0), (7, 1), (9, 0)]):
         assert torch.equal(drawn[row], noise_for_positions(seed, sample, 40, 5))
     assert not torch.equal(drawn[0], drawn[1]) and torch.isfinite(drawn).all()
+
+
+def test_sequence_noise_is_the_per_sequence_noise_in_any_order() -> None:
+    expected = noise_for_positions(7, 1, 40, 5)
+    noise = SequenceNoise(7, 1, vocab=5)
+    for position in [0, 1, 1, 2, 17, 39, 3, 16, 38]:  # repeats, a skipped block, and a step back
+        assert torch.equal(noise.at(position), expected[position])
 
 
 def test_rollout_batches_round_trip_and_reject_malformed_files(rollouts: list) -> None:

@@ -60,6 +60,31 @@ class BatchNoise:
         return self._buffer[:, self._used - 1]
 
 
+class SequenceNoise:
+    """Noise for one sequence, position by position (as a step-by-step engine asks for it), drawn a block of
+    positions at a time; `at(p)` is row p of `noise_for_positions`, and asking again for a position is free."""
+
+    BLOCK = 16
+
+    def __init__(self, task_seed: int, sample: int, vocab: int):
+        self.task_seed, self.sample, self.vocab = task_seed, sample, vocab
+        self._restart()
+
+    def _restart(self) -> None:
+        self._generator = _generator(self.task_seed, self.sample)
+        self._start = -self.BLOCK  # the first position of the block held
+        self._block = torch.empty(0, self.vocab)
+
+    def at(self, position: int) -> torch.Tensor:
+        if position < self._start:
+            self._restart()  # the stream is sequential: an earlier position means drawing it again
+        while position >= self._start + self.BLOCK:
+            uniform = _uniforms(self._generator, self.BLOCK * self.vocab)
+            self._start += self.BLOCK
+            self._block = _gumbel(uniform).view(self.BLOCK, self.vocab)
+        return self._block[position - self._start]
+
+
 def choice_margin(logits: torch.Tensor, noise: torch.Tensor, temperature: float, tokens: torch.Tensor) -> torch.Tensor:
     """How far each claimed token's score is below the best score (0 when it is the argmax)."""
     scores = logits.float() / temperature + noise

@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
@@ -40,33 +41,19 @@ from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality  # noqa: E402
 
 REQUEST_KEY = "rollnet"
-NOISE_BLOCK = 16  # positions of noise drawn per numpy call for one sequence
+_REQUESTS = itertools.count()  # request keys, unique within the process
 
 
 @dataclass
 class _Sequence:
     """One rollnet request inside the engine: its noise stream and what each generated position recorded."""
 
-    seed: int
-    sample: int
+    noise: sampler.SequenceNoise
     temperature: float
-    output: list[int]  # vLLM's live list of this request's generated tokens
+    output: list[int] = field(default_factory=list)  # vLLM's live list of this request's generated tokens
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     hidden: list[torch.Tensor] = field(default_factory=list)
-    _generator: object = None
-    _block_start: int = -1
-    _block: torch.Tensor | None = None
-
-    def noise(self, position: int, vocab: int) -> torch.Tensor:
-        if self._block is None or not self._block_start <= position < self._block_start + NOISE_BLOCK:
-            if self._generator is None or position < self._block_start:
-                self._generator, self._block_start = sampler._generator(self.seed, self.sample), -NOISE_BLOCK
-            while self._block_start + NOISE_BLOCK <= position:  # the stream is sequential: skip whole blocks
-                uniforms = sampler._uniforms(self._generator, NOISE_BLOCK * vocab)
-                self._block_start += NOISE_BLOCK
-            self._block = sampler._gumbel(uniforms).view(NOISE_BLOCK, vocab)
-        return self._block[position - self._block_start]
 
     def record(self, position: int, token: int, logprob: float, hidden: torch.Tensor) -> None:
         # A position can be computed twice (a prompt prefilled in chunks first samples a discarded token):
@@ -128,9 +115,8 @@ class SeededGumbel(LogitsProcessor):
         indices = sorted(self.rows)
         sequences = [self.rows[i] for i in indices]
         positions = [len(sequence.output) for sequence in sequences]
-        vocab = logits.shape[-1]
         rows = torch.tensor(indices, device=logits.device)
-        noise = torch.stack([s.noise(p, vocab) for s, p in zip(sequences, positions, strict=True)])
+        noise = torch.stack([s.noise.at(p) for s, p in zip(sequences, positions, strict=True)])
         temperature = torch.tensor([[s.temperature] for s in sequences])
         # The same operations, in the same order, as the transformers backend's sampling step.
         scaled = logits[rows].float() / temperature.to(logits.device)
@@ -234,12 +220,16 @@ class VllmBackend:
         self.folder = folder
         reference, self.tokenizer = load_policy(folder)
         self._shapes = {name: tuple(t.shape) for name, t in reference.state_dict().items()}
+        self._vocab = reference.config.vocab_size  # the logits' width, as the transformers backend samples them
         del reference
         self._pack = _pack_for_cpu()
-        self.llm = LLM(model=str(folder), dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
-                       max_model_len=max_model_len, logits_processors=[SeededGumbel], seed=seed,
-                       enable_prefix_caching=False, max_num_batched_tokens=8192,
-                       async_scheduling=False, kv_cache_memory_bytes=int(kv_cache_gib * (1 << 30)))
+        try:
+            self.llm = LLM(model=str(folder), dtype=dtype, enforce_eager=True, skip_tokenizer_init=True,
+                           max_model_len=max_model_len, logits_processors=[SeededGumbel], seed=seed,
+                           enable_prefix_caching=False, max_num_batched_tokens=8192,
+                           async_scheduling=False, kv_cache_memory_bytes=int(kv_cache_gib * (1 << 30)))
+        except (ValueError, RuntimeError, OSError) as exc:  # an architecture or setting this vLLM cannot serve
+            raise ConfigError(f"vLLM cannot serve the model in {folder}: {str(exc).splitlines()[0]}") from None
         self.llm.apply_model(lambda model: model.logits_processor.register_forward_pre_hook(CAPTURE.hook))
         (self.weights,) = self.llm.apply_model(lambda model: EngineWeights(model, self._shapes))
         in_place = all(view.dtype == torch.bfloat16 and view.device.type == "cpu" for view in self.weights.values())
@@ -257,11 +247,12 @@ class VllmBackend:
         eos = self.tokenizer.eos_token_id
         requests, keys = [], []
         with CAPTURE.lock:
-            for i, instance in enumerate(instances):
+            for instance in instances:
                 prompt = self.tokenizer.encode(instance.prompt)
                 for sample in range(group_size):
-                    key = f"{id(requests)}-{i}-{sample}"
-                    CAPTURE.sequences[key] = _Sequence(instance.seed, sample, temperature, [])
+                    key = str(next(_REQUESTS))
+                    CAPTURE.sequences[key] = _Sequence(sampler.SequenceNoise(instance.seed, sample, self._vocab),
+                                                       temperature)
                     keys.append((key, prompt, instance.seed, sample))
                     requests.append(TokensPrompt(prompt_token_ids=prompt))
             params = [SamplingParams(temperature=0.0, max_tokens=max_new_tokens, detokenize=False,

@@ -115,17 +115,22 @@ def _save(figure: plt.Figure, path: Path) -> Path:
     return path
 
 
+def _finish(figure: plt.Figure, axis: plt.Axes, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label, add the legend and save: the last step every line plot shares."""
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.legend()
+    return _save(figure, path)
+
+
 def _plot_reward(report: dict, path: Path) -> Path:
     figure, axis = plt.subplots(figsize=(7, 4))
     rewards = report["reward_by_version"]
     axis.plot([int(v) for v in rewards], list(rewards.values()), label="sampled reward (trained batch)", alpha=0.7)
     held = report["held_out"]["by_version"]
     axis.plot([int(v) for v in held], list(held.values()), "o-", label="held-out greedy accuracy")
-    axis.set_xlabel("policy version (training step)")
-    axis.set_ylabel("reward / accuracy")
-    axis.set_title("reward versus step")
-    axis.legend()
-    return _save(figure, path)
+    return _finish(figure, axis, path, "policy version (training step)", "reward / accuracy", "reward versus step")
 
 
 def _plot_staleness(report: dict, path: Path) -> Path:
@@ -141,11 +146,8 @@ def _plot_staleness(report: dict, path: Path) -> Path:
     axis.axvline(staleness["budget"] + 0.5, color="red", linestyle="--", label=f"budget ({staleness['budget']})")
     prediction = report["prediction"]
     axis.axvline(prediction["g_pipeline"], color="black", linestyle=":", label="predicted g (pipeline)")
-    axis.set_xlabel("realised staleness g (versions)")
-    axis.set_ylabel("samples trained on")
-    axis.set_title("staleness of trained samples against the budget")
-    axis.legend()
-    return _save(figure, path)
+    return _finish(figure, axis, path, "realised staleness g (versions)", "samples trained on",
+                   "staleness of trained samples against the budget")
 
 
 def _plot_deltas(report: dict, path: Path) -> Path:
@@ -154,11 +156,8 @@ def _plot_deltas(report: dict, path: Path) -> Path:
     axis.plot(list(deltas), list(deltas.values()), "o-", label="sparse delta")
     axis.axhline(report["deltas"]["full_bf16_bytes"], color="red", linestyle="--", label="full bf16 weights")
     axis.set_yscale("log")
-    axis.set_xlabel("policy version")
-    axis.set_ylabel("bytes broadcast")
-    axis.set_title("delta size per version against full weights")
-    axis.legend()
-    return _save(figure, path)
+    return _finish(figure, axis, path, "policy version", "bytes broadcast",
+                   "delta size per version against full weights")
 
 
 def _plot_gas(report: dict, path: Path) -> Path:
