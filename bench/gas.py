@@ -1,8 +1,10 @@
 """Gas the market charges per accepted sample, measured with real transactions on a real anvil.
 
-For each lease size (tasks per lease) it runs the worker's whole path for several leases — claim, submit,
-one attest per quorum validator, finalize, withdrawPayment — and divides by the samples accepted. The
-baseline is one task per lease (no batching); the ratio shows what batching under one Merkle root saves.
+For each lease size (tasks per lease) it runs the worker's whole path for several leases — claim (locks the
+collateral), drawSeed (the prompt seed, from the claim block's hash), submit, one vote per committee member
+(two validators of equal stake: both sit and both are needed for a majority), finalize (pays, releases the
+collateral), withdrawPayment — and divides by the samples accepted. The baseline is one task per lease (no
+batching); the ratio shows what batching under one Merkle root saves.
 
 Usage: python bench/gas.py [--quick] [--json PATH]
 Invariant: every number comes from a mined receipt's gasUsed; nothing is estimated.
@@ -24,12 +26,13 @@ from rollnet.node.chain.job import FactoryClient, JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import make_console
 from rollnet.node.keys import dev_account
+from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
 
 REPO = Path(__file__).resolve().parents[1]
 ETH = 10**18
 WORKER, VALIDATORS, REQUESTER = 1, (2, 3), 0
-STEPS = ("claim", "submit", "attest", "finalize", "withdrawPayment")
+STEPS = ("claim", "drawSeed", "submit", "vote", "finalize", "withdrawPayment")
 
 
 def measure(url: str, factory: str, tasks_per_lease: int, leases: int) -> dict:
@@ -43,9 +46,11 @@ def measure(url: str, factory: str, tasks_per_lease: int, leases: int) -> dict:
     for index in range(leases):
         lease = worker.claim()
         gas["claim"].append(worker.client.w3.eth.get_transaction_receipt(_last_tx(worker))["gasUsed"])
-        gas["submit"].append(worker.submit(lease.lease_id, index.to_bytes(32, "big"), 1)["gasUsed"])
-        gas["attest"].append(sum(v.attest(lease.lease_id, True)["gasUsed"] for v in validators))
-        requester.rpc("evm_increaseTime", [spec.challenge_seconds + 1])
+        worker.draw_seed(lease.lease_id)
+        gas["drawSeed"].append(worker.client.w3.eth.get_transaction_receipt(_last_tx(worker))["gasUsed"])
+        gas["submit"].append(worker.submit(lease.lease_id, (index + 1).to_bytes(32, "big"), 1)["gasUsed"])
+        gas["vote"].append(sum(v.vote(lease.lease_id, True)["gasUsed"] for v in validators))
+        requester.rpc("evm_increaseTime", [spec.appeal_seconds + 1])
         requester.rpc("evm_mine", [])
         gas["finalize"].append(worker.finalize(lease.lease_id)["gasUsed"])
         gas["withdrawPayment"].append(worker.withdraw_payment()["gasUsed"])
@@ -55,7 +60,8 @@ def measure(url: str, factory: str, tasks_per_lease: int, leases: int) -> dict:
     return {
         "tasks_per_lease": tasks_per_lease,
         "group_size": spec.group_size,
-        "quorum": spec.quorum,
+        "committee_size": spec.committee_size,
+        "voters": len(VALIDATORS),
         "leases": leases,
         "gas_per_lease": {k: round(v) for k, v in per_lease.items()},
         "gas_per_lease_total": round(total),
@@ -81,7 +87,7 @@ def main() -> None:
         deployment = deploy_market(deployer)
         for index, role in ((WORKER, Role.WORKER), *((v, Role.VALIDATOR) for v in VALIDATORS)):
             registry = RegistryClient(ChainClient(anvil.url, dev_account(index)), deployment.registry)
-            registry.join(f"peer-{index}".encode(), role, 10 * ETH)
+            registry.join(PeerIdentity.generate(), role, 10 * ETH)
         rows = [measure(anvil.url, deployment.factory, size, leases) for size in sizes]
     finally:
         anvil.stop()
@@ -89,7 +95,7 @@ def main() -> None:
     for row in rows:
         row["ratio_vs_one_task_per_lease"] = round(baseline / row["gas_per_accepted_sample"], 2)
 
-    table = Table(title="gas per accepted sample (group 8, quorum 2; anvil, real receipts)")
+    table = Table(title="gas per accepted sample (group 8, two committee votes; anvil, real receipts)")
     for column in ("tasks/lease", *STEPS, "per lease", "per sample", "saving vs 1 task/lease"):
         table.add_column(column, justify="right")
     for row in rows:

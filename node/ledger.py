@@ -1,12 +1,14 @@
 """A node's ledger of a job's submissions (SQLAlchemy, SQLite by default): how far it has followed each job,
-and every submission it has seen and what it decided. The validator records verdicts and votes in it;
+every submission it has seen, which round each lease is in and whether this node sits on that round's
+committee, what it decided, and which rounds it voted in. The validator records verdicts and votes in it;
 the trainer records which batches it admitted, so a restart never admits a batch twice.
 
 Invariants: a submission row is created once per (job, lease) and the event cursor advances in the same
-transaction, so a crash between the two never loses or repeats an event; a verdict is written before any
-vote is sent, so after a restart the same verdict is attested (never a second, different one); a row is
-marked attested only once the chain shows this validator's vote; a row's stage only moves forward (open,
-challenged by us, closed), so the per-round work covers undecided rows and our own challenges only.
+transaction as the rows and round changes it covers, so a crash between the two never loses or repeats an
+event; a row's round only moves forward, and moving it forgets the membership of the old round; a verdict
+is written before any vote is sent and never changes, so after a restart the same verdict is voted (never
+a second, different one); `voted_round` only grows; a row's stage only moves forward (open, closed), so the
+per-round work covers leases that are not final only.
 """
 
 from __future__ import annotations
@@ -38,10 +40,17 @@ class SubmissionRow(Base):
     accept: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
     reason: Mapped[str | None] = mapped_column(String, nullable=True)
     attested: Mapped[bool] = mapped_column(Boolean, default=False)
-    stage: Mapped[int] = mapped_column(Integer, default=0)  # OPEN, CHALLENGED (by us) or CLOSED
+    stage: Mapped[int] = mapped_column(Integer, default=0)  # OPEN or CLOSED
+    round: Mapped[int] = mapped_column(Integer, default=0)
+    member_weight: Mapped[str | None] = mapped_column(String, nullable=True)  # wei as text; None: not known yet
+    voted_round: Mapped[int] = mapped_column(Integer, default=-1)
 
 
-OPEN, CHALLENGED, CLOSED = 0, 1, 2
+OPEN, CLOSED = 0, 2
+MIGRATIONS = {  # columns added after the first ledgers were written
+    "stage": "INTEGER DEFAULT 0", "round": "INTEGER DEFAULT 0", "member_weight": "VARCHAR",
+    "voted_round": "INTEGER DEFAULT -1",
+}
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,13 @@ class Pending:
     policy_version: int
     accept: bool | None
     reason: str | None
+    round: int = 0
+    member_weight: int | None = None
+    voted_round: int = -1
+
+    @property
+    def member(self) -> bool:
+        return bool(self.member_weight)
 
 
 class SubmissionLedger:
@@ -60,25 +76,35 @@ class SubmissionLedger:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.engine = create_engine(f"sqlite:///{path}")
         Base.metadata.create_all(self.engine)
-        with self.engine.begin() as connection:  # ledgers written before the `stage` column existed
+        with self.engine.begin() as connection:
             columns = {row[1] for row in connection.exec_driver_sql("PRAGMA table_info(submissions)")}
-            if "stage" not in columns:
-                connection.exec_driver_sql("ALTER TABLE submissions ADD COLUMN stage INTEGER DEFAULT 0")
+            for name, kind in MIGRATIONS.items():
+                if name not in columns:
+                    connection.exec_driver_sql(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
+            # Rows a validator of the arbiter design had challenged (stage 1) are open work again.
+            connection.exec_driver_sql("UPDATE submissions SET stage = 0 WHERE stage = 1")
 
     def cursor(self, job: str) -> int:
         with Session(self.engine) as session:
             row = session.get(Cursor, job.lower())
             return row.last_block if row else -1
 
-    def record_events(self, job: str, submissions: list[tuple[int, bytes, str, int]], up_to_block: int) -> None:
-        """Insert new submissions (lease, root, worker, version) and move the cursor, atomically."""
+    def record_events(self, job: str, submissions: list[tuple[int, bytes, str, int]], up_to_block: int,
+                      appeals: list[tuple[int, int]] = ()) -> None:
+        """Insert new submissions (lease, root, worker, version), move leases to appeal rounds (lease, round),
+        and move the cursor, atomically."""
         job = job.lower()
         with Session(self.engine) as session, session.begin():
             for lease_id, root, worker, version in submissions:
                 if session.get(SubmissionRow, (job, lease_id)) is None:
                     session.add(SubmissionRow(job=job, lease_id=lease_id, root=root, worker=worker,
                                               policy_version=version, accept=None, reason=None, attested=False,
-                                              stage=OPEN))
+                                              stage=OPEN, round=0, member_weight=None, voted_round=-1))
+            session.flush()
+            for lease_id, round_ in appeals:
+                row = session.get(SubmissionRow, (job, lease_id))
+                if row is not None and round_ > row.round:
+                    row.round, row.member_weight = round_, None
             cursor = session.get(Cursor, job)
             if cursor is None:
                 session.add(Cursor(job=job, last_block=up_to_block))
@@ -89,7 +115,9 @@ class SubmissionLedger:
         with Session(self.engine) as session:
             rows = session.scalars(select(SubmissionRow).where(SubmissionRow.job == job.lower(), *conditions)
                                    .order_by(SubmissionRow.lease_id))
-            return [Pending(r.job, r.lease_id, r.root, r.worker, r.policy_version, r.accept, r.reason) for r in rows]
+            return [Pending(r.job, r.lease_id, r.root, r.worker, r.policy_version, r.accept, r.reason, r.round,
+                            None if r.member_weight is None else int(r.member_weight), r.voted_round)
+                    for r in rows]
 
     def unjudged(self, job: str) -> list[Pending]:
         return self._rows(job, SubmissionRow.accept.is_(None))
@@ -100,16 +128,32 @@ class SubmissionLedger:
     def all(self, job: str) -> list[Pending]:
         return self._rows(job)
 
-    def in_stage(self, job: str, stage: int) -> list[Pending]:
-        """Judged rows at `stage` (OPEN: the decision may still need a challenge; CHALLENGED: ours, awaiting
-        resolution; CLOSED: nothing left to do)."""
-        return self._rows(job, SubmissionRow.accept.is_not(None), SubmissionRow.stage == stage)
+    def open_rows(self, job: str) -> list[Pending]:
+        """Rows whose lease may still need this node (not final, or chores left)."""
+        return self._rows(job, SubmissionRow.stage == OPEN)
 
-    def set_stage(self, job: str, lease_id: int, stage: int) -> None:
+    def _update(self, job: str, lease_id: int, **values: object) -> None:
         with Session(self.engine) as session, session.begin():
             row = session.get(SubmissionRow, (job.lower(), lease_id))
             if row is not None:
-                row.stage = stage
+                for name, value in values.items():
+                    setattr(row, name, value)
+
+    def set_membership(self, job: str, lease_id: int, round_: int, weight: int) -> None:
+        """This node's vote weight in `round_` of the lease (0: not drawn), if the row is still in that round."""
+        with Session(self.engine) as session, session.begin():
+            row = session.get(SubmissionRow, (job.lower(), lease_id))
+            if row is not None and row.round == round_:
+                row.member_weight = str(weight)
+
+    def mark_voted(self, job: str, lease_id: int, round_: int) -> None:
+        with Session(self.engine) as session, session.begin():
+            row = session.get(SubmissionRow, (job.lower(), lease_id))
+            if row is not None and round_ > row.voted_round:
+                row.voted_round = round_
+
+    def close(self, job: str, lease_id: int) -> None:
+        self._update(job, lease_id, stage=CLOSED)
 
     def record_verdict(self, job: str, lease_id: int, accept: bool, reason: str) -> None:
         with Session(self.engine) as session, session.begin():

@@ -1,7 +1,10 @@
 """A requester's job spec: the TOML file `rollnet job deploy --spec` reads, validated, and its ABI tuple.
 
-Invariant: a spec that passes `load_job_spec` satisfies every check `JobFactory.createJob` makes, so a
-bad field is reported by name here, before any transaction. Amounts are ETH strings, durations seconds.
+Invariants: a spec that passes `load_job_spec` is well-formed (types, ranges, at most 3 decimals for the
+clip values); the chain-dependent rules (slash caps at the registry's minimum stakes, the timeline rule
+against the unbonding period) live only in `JobFactory.validateSpec`, which `rollnet job deploy` asks
+before sending anything, so a bad field is reported by its name in this file and costs no gas. Amounts
+are ETH strings, durations seconds. There is no arbiter: outcomes come from validator committees.
 """
 
 from __future__ import annotations
@@ -18,7 +21,25 @@ from rollnet.node.units import eth_to_wei
 
 DAY = 86_400
 Seconds = Annotated[int, Field(ge=1, le=30 * DAY)]
-EthAmount = Annotated[Decimal, Field(ge=0)]
+EthAmount = Annotated[Decimal, Field(gt=0)]
+
+# Fields of the arbiter design, refused with what replaced them.
+RETIRED_FIELDS = {
+    "arbiter": "there is no arbiter: outcomes come from staked validator committees and their appeals",
+    "quorum": "use committee_size: a round is decided when one side holds more than half the validator stake",
+    "challenge_seconds": "use appeal_seconds",
+    "resolve_seconds": "appeal rounds are voted by committees: vote_seconds applies to every round",
+    "challenge_bond_eth": "use appeal_bond_eth",
+}
+# The contract's JobSpec field names, as JobFactory.validateSpec names them, to this file's names.
+CONTRACT_FIELDS = {
+    "trainer": "trainer", "groupSize": "group_size", "tasksPerLease": "tasks_per_lease",
+    "committeeSize": "committee_size", "appealRounds": "appeal_rounds", "clipEpsilonMilli": "clip_epsilon",
+    "clipDeltaMilli": "clip_delta", "leaseDuration": "lease_seconds", "voteWindow": "vote_seconds",
+    "appealWindow": "appeal_seconds", "rewardPerSample": "reward_per_sample_eth", "slashAmount": "slash_eth",
+    "expiryFee": "expiry_fee_eth", "voterSlash": "voter_slash_eth", "absentPenalty": "absent_penalty_eth",
+    "appealBond": "appeal_bond_eth",
+}
 
 
 class JobSpecFile(BaseModel):
@@ -30,20 +51,31 @@ class JobSpecFile(BaseModel):
     model_root: str | None = Field(default=None, description="0x-prefixed 32-byte content root of version 0")
     task: str = Field(min_length=1, description="task generator or task file name")
     trainer: str = Field(description="address that publishes policy versions; 'self' for the requester")
-    arbiter: str | None = Field(default=None, description="address resolving challenges; default the requester")
     group_size: int = Field(ge=2, le=1024)
     tasks_per_lease: int = Field(ge=1, le=1024)
     max_staleness: int = Field(ge=0, le=1024)
-    quorum: int = Field(ge=1, le=100)
+    committee_size: int = Field(ge=1, le=64)
+    appeal_rounds: int = Field(ge=1, le=3)
     clip_epsilon: Decimal = Field(gt=0, lt=1)
     clip_delta: Decimal = Field(gt=1, le=1000)
     lease_seconds: Seconds
     vote_seconds: Seconds
-    challenge_seconds: Seconds
-    resolve_seconds: Seconds
-    reward_per_sample_eth: EthAmount = Field(gt=0)
+    appeal_seconds: Seconds
+    reward_per_sample_eth: EthAmount
     slash_eth: EthAmount
-    challenge_bond_eth: EthAmount
+    expiry_fee_eth: EthAmount
+    voter_slash_eth: EthAmount
+    absent_penalty_eth: EthAmount
+    appeal_bond_eth: EthAmount
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_retired_fields(cls, data: object) -> object:
+        if isinstance(data, dict):
+            for name, replacement in RETIRED_FIELDS.items():
+                if name in data:
+                    raise ValueError(f"field '{name}' is gone: {replacement}")
+        return data
 
     @field_validator("model_root")
     @classmethod
@@ -54,10 +86,10 @@ class JobSpecFile(BaseModel):
             bytes.fromhex(value[2:])
         return value
 
-    @field_validator("trainer", "arbiter")
+    @field_validator("trainer")
     @classmethod
-    def _is_address(cls, value: str | None) -> str | None:
-        if value is None or value == "self":
+    def _is_address(cls, value: str) -> str:
+        if value == "self":
             return value
         if not is_address(value):
             raise ValueError("must be an Ethereum address or 'self'")
@@ -70,10 +102,6 @@ class JobSpecFile(BaseModel):
                 raise ValueError(f"{name} has more than 3 decimal places")
         return self
 
-    @property
-    def timeline_seconds(self) -> int:
-        return self.lease_seconds + self.vote_seconds + self.challenge_seconds + self.resolve_seconds
-
     def root_of_version_zero(self) -> bytes:
         if self.model_root:
             return bytes.fromhex(self.model_root[2:])
@@ -82,25 +110,26 @@ class JobSpecFile(BaseModel):
     def to_abi(self, requester: str) -> tuple:
         """The `JobSpec` struct as a tuple in Solidity field order."""
         trainer = requester if self.trainer == "self" else self.trainer
-        arbiter = requester if self.arbiter in (None, "self") else self.arbiter
         return (
             self.root_of_version_zero(),
             keccak(text=f"rollnet/task/{self.task}"),
             trainer,
-            arbiter,
             self.group_size,
             self.tasks_per_lease,
             self.max_staleness,
-            self.quorum,
+            self.committee_size,
+            self.appeal_rounds,
             int(self.clip_epsilon * 1000),
             int(self.clip_delta * 1000),
             self.lease_seconds,
             self.vote_seconds,
-            self.challenge_seconds,
-            self.resolve_seconds,
+            self.appeal_seconds,
             eth_to_wei(self.reward_per_sample_eth, "reward_per_sample_eth"),
             eth_to_wei(self.slash_eth, "slash_eth"),
-            eth_to_wei(self.challenge_bond_eth, "challenge_bond_eth"),
+            eth_to_wei(self.expiry_fee_eth, "expiry_fee_eth"),
+            eth_to_wei(self.voter_slash_eth, "voter_slash_eth"),
+            eth_to_wei(self.absent_penalty_eth, "absent_penalty_eth"),
+            eth_to_wei(self.appeal_bond_eth, "appeal_bond_eth"),
         )
 
     def lease_cost_wei(self) -> int:
@@ -113,6 +142,8 @@ def _describe(error: dict) -> str:
         return f"missing field '{field}'"
     if error["type"] == "extra_forbidden":
         return f"unknown field '{field}'"
+    if field == "spec":
+        return str(error["msg"]).removeprefix("Value error, ")
     return f"field '{field}': {error['msg']}"
 
 
@@ -135,3 +166,20 @@ def load_job_spec(path: Path) -> JobSpecFile:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
     return parse_job_spec(data, str(path))
+
+
+def explain_spec_refusal(error_name: str | None, args: dict, source: str) -> ConfigError | None:
+    """The factory's refusal of a spec (`InvalidSpec`, `TimelineTooLong`) as a one-line error naming this
+    file's field; None for any other error."""
+    if error_name == "InvalidSpec":
+        field = CONTRACT_FIELDS.get(str(args.get("field")), str(args.get("field")))
+        return ConfigError(f"{source}: field '{field}' is out of the factory's bounds (amounts > 0; slash_eth at "
+                           "most the worker minimum stake, voter_slash_eth the validator minimum; expiry_fee_eth "
+                           "<= slash_eth; absent_penalty_eth <= voter_slash_eth / 10; vote_seconds and "
+                           "appeal_seconds at least 60)")
+    if error_name == "TimelineTooLong":
+        return ConfigError(
+            f"{source}: lease_seconds + (appeal_rounds + 1) x vote_seconds + appeal_rounds x appeal_seconds + one "
+            f"day of keeper margin = {args.get('timeline')} s must be shorter than the registry's unbonding period "
+            f"({args.get('unbondingPeriod')} s), so stake stays slashable until every round can have ended")
+    return None

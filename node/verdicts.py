@@ -1,22 +1,46 @@
-"""Validators' verdicts as signed gossip, and the quorum rule the trainer admits rollouts by.
+"""Validators' verdicts as signed gossip, and the committee rule the trainer admits rollouts by.
 
 A verdict is a `verdict` envelope (p2p.envelopes): validator V says the batch with root R under lease L of
 job J is accepted or rejected, and why, signed by V's Ethereum key, so anyone can check it before any
-block confirms the votes. Invariant: `VerdictBook.admitted` is true only when at least `quorum` distinct
-validators, each active with validator stake when asked, signed an accepting verdict for that exact job,
-lease and root; rejecting verdicts never count towards admission; anything unsigned, forged, malformed or
-for another job is refused with EnvelopeError and changes nothing.
+block confirms the votes. Invariant: `VerdictBook.admitted` is true only when (1) the validators who signed
+an accepting verdict for that exact job, lease and root hold, as members of the lease's first committee,
+more than half of that round's total validator weight (the rule by which the contract decides a round
+early, with weights the contract itself reports); (2) no member of that committee signed a rejection; and
+(3) either those accepting members hold a majority of all validator stake by their own stake (no minority
+can), or the round's vote window has closed, so every drawn member had the whole window to object. A
+committee sampled from many validators can be won by a lucky minority; (3) keeps such a round from
+reaching the gradient before the honest members could see and contest it. Rejecting verdicts never count
+towards admission; anything unsigned, forged, malformed or for another job is refused with EnvelopeError
+and changes nothing.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from eth_account.signers.local import LocalAccount
+from rollnet.node.chain.job import JobClient
+from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.p2p.envelopes import EnvelopeError, Verdict, open_envelope, seal
 
 MAX_REASON = 200
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A validator's place on a lease's first committee."""
+
+    weight: int  # its vote weight (0: not a member)
+    stake: int  # its own validator weight at the round's snapshot
+    total: int  # all validators' weight at that snapshot (0: the committee is not drawn yet)
+
+
+class Committee(Protocol):
+    def seat(self, lease_id: int, validator: str) -> Seat: ...
+
+    def vote_closed(self, lease_id: int) -> bool: ...
 
 
 def seal_verdict(job: str, lease_id: int, root: bytes, accept: bool, reason: str, account: LocalAccount) -> bytes:
@@ -26,13 +50,40 @@ def seal_verdict(job: str, lease_id: int, root: bytes, accept: bool, reason: str
     return seal(body, account)
 
 
-class VerdictBook:
-    """Collects verdicts; says which leases' batches have an accepting quorum."""
+class ChainCommittee:
+    """Seats on a lease's first committee and its vote window, from the contracts; cached once fixed."""
 
-    def __init__(self, job: str, quorum: int, is_active_validator: Callable[[str], bool]):
+    def __init__(self, job: JobClient, registry: RegistryClient):
         self.job = job
-        self.quorum = quorum
-        self.is_active_validator = is_active_validator
+        self.registry = registry
+        self.vote_window = job.spec()["vote_window"]
+        self._seats: dict[tuple[int, str], Seat] = {}
+        self._closes: dict[int, int] = {}
+
+    def seat(self, lease_id: int, validator: str) -> Seat:
+        key = (lease_id, validator.lower())
+        if key not in self._seats:
+            state = self.job.round(lease_id, 0)
+            if not state.drawn:
+                return Seat(0, 0, 0)  # fixed at the first vote on chain; not cached before
+            weight = self.job.member_weight(lease_id, 0, validator)
+            stake = self.registry.weight_at(validator, state.start_block - 1) if weight else 0
+            self._seats[key] = Seat(weight, stake, state.total_weight)
+        return self._seats[key]
+
+    def vote_closed(self, lease_id: int) -> bool:
+        if lease_id not in self._closes:
+            start = self.job.round(lease_id, 0).start_block
+            self._closes[lease_id] = self.job.client.block_timestamp(start) + self.vote_window
+        return self.job.client.now() > self._closes[lease_id]
+
+
+class VerdictBook:
+    """Collects verdicts; says which leases' batches their first committee accepted, as the trainer needs it."""
+
+    def __init__(self, job: str, committee: Committee):
+        self.job = job
+        self.committee = committee
         self._votes: dict[tuple[int, str], dict[str, bool]] = {}
 
     def add(self, data: bytes) -> Verdict:
@@ -46,9 +97,19 @@ class VerdictBook:
         return body
 
     def admitted(self, lease_id: int, root: bytes) -> bool:
-        votes = self._votes.get((lease_id, root.hex()), {})
-        accepting = [v for v, accept in votes.items() if accept and self.is_active_validator(v)]
-        return len(accepting) >= self.quorum
+        accepting_weight, accepting_stake, total = 0, 0, 0
+        for validator, accept in self._votes.get((lease_id, root.hex()), {}).items():
+            seat = self.committee.seat(lease_id, validator)
+            if not seat.weight:
+                continue  # not on the committee: neither counts nor objects
+            if not accept:
+                return False  # a member objects: only the chain's final outcome decides now
+            accepting_weight += seat.weight
+            accepting_stake += seat.stake
+            total = seat.total
+        if not total or 2 * accepting_weight <= total:
+            return False
+        return 2 * accepting_stake > total or self.committee.vote_closed(lease_id)
 
     def rejections(self, lease_id: int, root: bytes) -> list[str]:
         return [v for v, accept in self._votes.get((lease_id, root.hex()), {}).items() if not accept]

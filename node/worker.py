@@ -1,17 +1,19 @@
 """The rollout worker's job for one lease: the leased tasks from their on-chain seeds, seeded and proven
 rollouts at the current policy, a signed submission stored for peers to fetch, and its root on chain.
 
-Invariant: the tasks are exactly the lease's (task i's seed is keccak(leaseSeed, i), read from the
-chain, never chosen by the worker); the root submitted on chain is the object root of the stored bytes,
-so anyone fetching that root gets exactly what was signed.
+Invariant: the tasks are exactly the lease's (task i's seed is keccak(leaseSeed, i), where the lease seed
+is drawn on chain from the claim block's hash after the claim, never chosen by the worker); the root
+submitted on chain is the object root of the stored bytes, so anyone fetching that root gets exactly what
+was signed.
 
 The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's,
 and never with one older than the job's staleness bound allows (it waits for the next delta instead);
-it keeps at most `max_undecided` submissions waiting for a decision (back-pressure: when validators fall
-behind, new batches would only grow stale in their queue);
-every claim, submission and keeper action is one event in its log. Keeper duties anyone may do (return
-expired leases to the queue, settle decided batches after their challenge window, lapse batches that
-missed quorum) keep the market moving when a participant dies; a lost race for them is harmless.
+it keeps at most `max_undecided` submissions waiting for their committee (back-pressure: when validators
+fall behind, new batches would only grow stale in their queue), and claims only while its free stake
+covers another lease's collateral; an honest worker appeals a rejection (or a void round) of its own
+batch while appeals remain. Every claim, submission, appeal and keeper action is one event in its log.
+Keeper duties anyone may do (return expired leases to the queue, settle leases whose outcome is final)
+keep the market moving when a participant dies; a lost race for them is harmless.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from eth_account.signers.local import LocalAccount
-from rollnet.node.chain.job import JobClient, Lease, LeaseStatus
-from rollnet.node.errors import ChainUnavailable, ContractRevert
+from rollnet.node.chain.job import JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
 from rollnet.node.events import EventLog
+from rollnet.node.keeper import Keeper, appealable, current_outcome
 from rollnet.node.p2p.objects import ObjectStore, object_root
 from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.rollout.backend import PolicyEngine, RolloutBackend
@@ -66,14 +69,32 @@ class Tamper:
 
 
 HONEST = Tamper()
+IDLE_REVERTS = ("InsufficientEscrow", "JobClosed", "InsufficientActiveStake", "NotActive")
 # Demonstration cheats by name; empty unless the devnet's cheater module registered them (see rollnet.devnet.cheats).
 TAMPERS: dict[str, Callable[[PreTrainedTokenizerFast], Tamper]] = {}
 log = logging.getLogger(__name__)
 
 
+def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2) -> Lease:
+    """Claim a lease and draw its prompt seed once the claim block is in the past (on an idle chain that
+    needs another block: anvil mines one per transaction, so the draw itself comes next)."""
+    lease = job.claim()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return job.draw_seed(lease.lease_id)
+        except (ContractRevert, ChainUnavailable) as exc:
+            retry = isinstance(exc, ChainUnavailable) or exc.error_name == "RandomnessNotReady"
+            if not retry or time.monotonic() > deadline:
+                raise
+            time.sleep(poll_s)
+
+
 def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
                store: ObjectStore, *, policy_version: int, policy_root: str, max_new_tokens: int = 6,
                delay_s: float = 0.0, tamper: Tamper = HONEST) -> SubmittedLease:
+    if not lease.seed_drawn:
+        raise RollnetError(f"lease {lease.lease_id} has no prompt seed yet: draw it first (claim_with_seed)")
     spec = job.spec()
     rollouts = backend.generate(leased_instances(task, lease, spec["tasks_per_lease"]), spec["group_size"],
                                 max_new_tokens=max_new_tokens, temperature=1.0, policy_version=policy_version,
@@ -105,16 +126,19 @@ class WorkerLoop:
     _low_lease: int = 1
     _spec: dict = field(default_factory=dict)
     _idle_reason: str = ""
+    _appealed: set[tuple[int, int]] = field(default_factory=set)
+    _settled_own: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._spec = self.job.spec()
+        self.keeper = Keeper(self.job, self.events, self._spec)
 
     def step(self) -> bool:
-        """Claim, generate and submit one lease; returns False when it had to wait for a policy instead."""
+        """Claim, generate and submit one lease; returns False when it had to wait instead."""
         self.follower.poll()
         if time.monotonic() - self._keeper_at > self.keeper_every_s:
             self.keep()
-        self._undecided = [i for i in self._undecided if self.job.lease(i).status is LeaseStatus.SUBMITTED]
+        self._undecided = [i for i in self._undecided if self.job.lease(i).status is LeaseStatus.VOTING]
         if len(self._undecided) >= self.max_undecided:
             return False  # back-pressure: validators are behind, and more batches would only age in their queue
         current = self.job.current_version()
@@ -124,7 +148,7 @@ class WorkerLoop:
             self.follower.wait_for(current - self._spec["max_staleness"], timeout=2.0)
             return False
         backend = self.policies.at(version)
-        lease = self.job.claim()
+        lease = claim_with_seed(self.job)
         self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
         started = time.perf_counter()
         try:
@@ -135,7 +159,7 @@ class WorkerLoop:
             if exc.error_name not in ("StalePolicy", "LeaseExpired"):
                 raise
             # Too slow for this lease: the policy aged past the bound or the lease ran out. It returns to the
-            # queue when it expires; the work is lost, never paid.
+            # queue when it expires (costing the expiry fee); the work is lost, never paid.
             self.events.emit("lost_lease", lease=lease.lease_id, version=version, reason=exc.error_name)
             return False
         chain_version = self.job.current_version()
@@ -147,35 +171,45 @@ class WorkerLoop:
         return True
 
     def keep(self) -> None:
-        """Keeper duties on every lease not yet final, then withdraw what this worker is owed."""
+        """Keeper duties on every lease not yet final, appeals of this worker's own wrongly judged batches,
+        then collect what this worker is owed."""
         self._keeper_at = time.monotonic()
-        now = self.job.client.latest_timestamp()
+        now = self.job.client.now()
+        me = self.account.address.lower()
         count = self.job.lease_count()
-        final = (LeaseStatus.PAID, LeaseStatus.SLASHED, LeaseStatus.RETURNED, LeaseStatus.LAPSED)
         low = None
         for lease_id in range(self._low_lease, count + 1):
             lease = self.job.lease(lease_id)
-            if lease.status in final:
+            if lease.final:
+                if lease.worker.lower() == me and lease_id not in self._settled_own:
+                    self._settled_own.append(lease_id)
                 continue
             low = low or lease_id
-            if now <= lease.deadline:
-                continue
-            action = {LeaseStatus.LEASED: ("reclaim", self.job.reclaim),
-                      LeaseStatus.SUBMITTED: ("lapse", self.job.lapse),
-                      LeaseStatus.ACCEPTED: ("finalize", self.job.finalize),
-                      LeaseStatus.REJECTED: ("finalize", self.job.finalize)}.get(lease.status)
-            if action is None:
-                continue
-            try:
-                action[1](lease_id)
-                self.events.emit(action[0], lease=lease_id, worker=lease.worker, status=lease.status.name.lower())
-            except ContractRevert:
-                pass  # another keeper got there first
+            if lease.worker.lower() == me:
+                self._appeal_if_wronged(lease, now)
+            self.keeper.act(lease, now)
         self._low_lease = low or count + 1
-        owed = self.job.owed(self.account.address)
-        if owed:
-            self.job.withdraw_payment()
-            self.events.emit("withdraw", wei=owed)
+        self.keeper.collect([i for i in self._settled_own if any(a[0] == i for a in self._appealed)])
+
+    def _appeal_if_wronged(self, lease: Lease, now: int) -> None:
+        """An honest worker knows its batch is good: it appeals a rejection or a void round while it can."""
+        if self.tamper is not HONEST or (lease.lease_id, lease.round) in self._appealed:
+            return
+        if not appealable(lease, now, self._spec):
+            return
+        outcome = current_outcome(self.job, lease, now)
+        if outcome not in (Outcome.REJECT, Outcome.VOID):
+            return
+        state = self.job.round(lease.lease_id, lease.round)
+        if outcome is Outcome.VOID and not (state.accept_weight or state.reject_weight):
+            return  # nobody voted: a larger committee of the same absent validators would only burn the bond
+        try:
+            self.job.appeal(lease.lease_id)
+        except ContractRevert as exc:
+            log.info("lease %d: appeal refused (%s)", lease.lease_id, exc.error_name)
+            return
+        self._appealed.add((lease.lease_id, lease.round))
+        self.events.emit("appeal", lease=lease.lease_id, round=lease.round + 1, against=outcome.name.lower())
 
     def run(self, leases: int = 0, stop: Callable[[], bool] = lambda: False) -> None:
         """Work until `leases` are submitted (0: until `stop`), riding out chain outages."""
@@ -191,12 +225,12 @@ class WorkerLoop:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
             except ContractRevert as exc:
-                if exc.error_name not in ("InsufficientEscrow", "JobClosed"):
+                if exc.error_name not in IDLE_REVERTS:
                     raise
-                if leases:
+                if leases and exc.error_name not in ("InsufficientActiveStake", "NotActive"):
                     return  # a bounded run ends when there is no more work
-                if not self._idle_reason:
+                if exc.error_name != self._idle_reason:
                     self.events.emit("idle", reason=exc.error_name)
                 self._idle_reason = exc.error_name
-                self.keep()  # no new work: keep serving, settling and withdrawing
+                self.keep()  # no new work now: keep serving, settling and collecting
                 time.sleep(1.0)

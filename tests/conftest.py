@@ -34,9 +34,9 @@ def anvil() -> Iterator[AnvilProcess]:
 
 @pytest.fixture
 def market(anvil: AnvilProcess) -> Deployment:
-    """The three contracts deployed by dev account 0 (min stakes: worker 1, validator 5 ETH; 1 day unbonding)."""
+    """The three contracts deployed by dev account 0 (min stakes: worker 1, validator 5 ETH; 3 days unbonding)."""
     client = ChainClient(anvil.url, dev_account(0))
-    return deploy_market(client, RegistryParams(unbonding_period_seconds=86_400))
+    return deploy_market(client, RegistryParams(unbonding_period_seconds=3 * 86_400))
 
 
 @pytest.fixture

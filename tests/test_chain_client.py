@@ -13,6 +13,7 @@ from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
 from rollnet.node.errors import ChainUnavailable, ContractRevert, TransactionTimeout, WrongChain
 from rollnet.node.keys import dev_account
+from rollnet.node.p2p.identity import PeerIdentity
 
 
 def test_concurrent_sends_from_one_sender_never_clash(anvil: AnvilProcess) -> None:
@@ -54,13 +55,14 @@ def test_nonce_resyncs_after_an_external_send(anvil: AnvilProcess) -> None:
 
 def test_custom_errors_decode_to_a_readable_line(market: Deployment, anvil: AnvilProcess) -> None:
     registry = RegistryClient(client_for(anvil, 1), market.registry)
+    peer = PeerIdentity.generate()
     with pytest.raises(ContractRevert) as caught:
-        registry.join(b"peer", Role.VALIDATOR, 2 * ETH)
+        registry.join(peer, Role.VALIDATOR, 2 * ETH)
     assert caught.value.error_name == "StakeBelowMinimum"
     assert str(caught.value) == "stake 2 ETH is below the minimum of 5 ETH for this role"
     assert caught.value.error_args == {"minimum": 5 * ETH, "provided": 2 * ETH}
     with pytest.raises(ContractRevert, match="InvalidRoles"):
-        registry.join(b"peer", Role(0), 2 * ETH)
+        registry.join(peer, Role(0), 2 * ETH)
 
 
 def test_dead_endpoint_is_a_clear_error_quickly() -> None:
@@ -80,8 +82,9 @@ def test_wrong_chain_id_is_refused() -> None:
 
 
 def test_follow_yields_events_in_chain_order_from_a_block(market: Deployment, anvil: AnvilProcess) -> None:
-    for index in (1, 2, 3):
-        RegistryClient(client_for(anvil, index), market.registry).join(f"p{index}".encode(), Role.WORKER, ETH)
+    peers = {index: PeerIdentity.generate() for index in (1, 2, 3)}
+    for index, peer in peers.items():
+        RegistryClient(client_for(anvil, index), market.registry).join(peer, Role.WORKER, ETH)
     reader = ChainClient(anvil.url)
     contract = reader.contract("NodeRegistry", market.registry)
     stop = threading.Event()
@@ -90,7 +93,7 @@ def test_follow_yields_events_in_chain_order_from_a_block(market: Deployment, an
         seen.append((log["event"], log["args"].get("peerId")))
         if len(seen) == 4:
             stop.set()
-    assert seen == [("FactorySet", None), ("NodeJoined", b"p1"), ("NodeJoined", b"p2"), ("NodeJoined", b"p3")]
+    assert seen == [("FactorySet", None), *[("NodeJoined", peers[i].peer_id_bytes) for i in (1, 2, 3)]]
 
 
 def test_receipt_wait_times_out_with_a_clear_error(anvil: AnvilProcess) -> None:

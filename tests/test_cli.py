@@ -42,8 +42,8 @@ def test_new_user_flow_with_the_console_script(data_dir: Path) -> None:
         assert status.returncode == 0, status.stderr
         assert "5 ETH" in status.stdout and "8 x 8" in status.stdout
         node = run("node", "status")
-        assert re.search(r"active stake\s+10 ETH", node.stdout), node.stdout
-        assert "12D3KooW" in node.stdout
+        assert re.search(r"active stake \(free\)\s+10 ETH", node.stdout), node.stdout
+        assert "16Uiu2HA" in node.stdout  # a secp256k1 libp2p peer ID, proven to the registry at join
         assert run("job", "status", "latest").stdout == status.stdout
     finally:
         down = run("chain", "down")
@@ -84,7 +84,8 @@ def test_unbond_and_withdraw_too_early(chain_up: Deployment, capsys: pytest.Capt
     fails_with(capsys, ["node", "unbond", "1", "--dev-account", "4"], r"is not registered: run `rollnet node join")
     fails_with(capsys, ["node", "withdraw", "--dev-account", "4"], r"nothing to withdraw")
     assert main(["node", "join", "--stake", "10", "--dev-account", "4"]) == 0
-    fails_with(capsys, ["node", "unbond", "11", "--dev-account", "4"], r"cannot unbond 11 ETH: only 10 ETH")
+    fails_with(capsys, ["node", "unbond", "11", "--dev-account", "4"],
+               r"needs 11 ETH of free stake, but only 10 ETH is free")
     assert main(["node", "unbond", "3", "--dev-account", "4"]) == 0
     fails_with(capsys, ["node", "withdraw", "--dev-account", "4"], r"not withdrawable until \d{4}-\d\d-\d\d")
 
@@ -140,7 +141,10 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
 @pytest.mark.parametrize(
     ("old", "new", "pattern"),
     [
-        ("quorum = 2 ", "", r"missing field 'quorum'"),
+        ("committee_size = 3 ", "", r"missing field 'committee_size'"),
+        ('trainer = "self"', 'trainer = "self"\narbiter = "self"', r"field 'arbiter' is gone: there is no arbiter"),
+        ('slash_eth = "1" ', 'slash_eth = "100" ', r"field 'slash_eth' is out of the factory's bounds"),
+        ('appeal_bond_eth = "0.5"', 'appeal_bond_eth = "0"', r"field 'appeal_bond_eth': Input should be greater"),
         ("group_size = 8 ", "group_size = 0 ", r"field 'group_size': Input should be greater than or equal to 2"),
         ("clip_epsilon = 0.2 ", "clip_epsilon = 1.5 ", r"field 'clip_epsilon': Input should be less than 1"),
         ('trainer = "self"', 'trainer = "0x1234"', r"field 'trainer'.*Ethereum address"),
@@ -232,7 +236,7 @@ def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment,
     import time
 
     from rollnet.node.chain.client import ChainClient
-    from rollnet.node.chain.job import JobClient, LeaseStatus
+    from rollnet.node.chain.job import JobClient, LeaseStatus, Outcome
     from rollnet.node.delta.checkpoint import content_root
     from rollnet.node.delta.store import PolicyStore
     from rollnet.node.keys import dev_account
@@ -252,6 +256,9 @@ def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment,
     common = ["--model", str(model), "--policies", str(tmp_path / "policies")]
     worker = ["--data-dir", str(tmp_path / "worker")]
     assert main([*worker, "node", "join", "--stake", "10", "--dev-account", "1", "--backend", backend]) == 0
+    for index in (2, 3):  # committees are drawn from the stake held before a batch is submitted
+        assert main(["--data-dir", str(tmp_path / f"validator-{index}"), "node", "join", "--stake", "6", "--role",
+                     "validator", "--dev-account", str(index)]) == 0
     codes: list[int] = []
     serving = threading.Thread(target=lambda: codes.append(main([*worker, "node", "work", "--leases", "1", "--serve",
                                                                   "30", "--dev-account", "1", *common])))
@@ -262,13 +269,19 @@ def test_a_worker_and_two_validators_from_the_command_line(chain_up: Deployment,
     (submitted,) = job.client.events(job.contract, "BatchSubmitted", 0)
     lease_id = submitted["args"]["leaseId"]
     for index in (2, 3):
-        assert main(["--data-dir", str(tmp_path / f"validator-{index}"), "validator", "run", "--once", "--stake", "6",
+        assert main(["--data-dir", str(tmp_path / f"validator-{index}"), "validator", "run", "--once",
                      "--dev-account", str(index), *common]) == 0
-    assert job.lease(lease_id).status is LeaseStatus.ACCEPTED
+    lease = job.lease(lease_id)
+    assert lease.status is LeaseStatus.DECIDED and lease.outcome is Outcome.ACCEPT
+    before_status = capsys.readouterr().out
+    assert main(["job", "status", job.address]) == 0  # each lease's round, committee votes and outcome
+    status = capsys.readouterr().out
+    voters = [dev_account(i).address[:8] for i in (2, 3)]
+    assert all(f"{v}:A(50%)" in status for v in voters) and "accept" in status, status
     serving.join(timeout=60)
     assert codes == [0]
-    out = capsys.readouterr().out
-    assert "submitted 1 leases" in out and "judged 1, attested 1" in out
+    out = before_status + capsys.readouterr().out
+    assert "submitted 1 leases" in out and "drawn 1, judged 1, voted 1" in out
     from rollnet.node.events import iter_events
 
     (submit,) = [e for e in iter_events(tmp_path / "worker" / "events.jsonl") if e["kind"] == "submit"]

@@ -1,78 +1,172 @@
-"""The on-chain half of the market end to end on a real anvil, through the Python bindings."""
+"""The on-chain half of the market end to end on a real anvil, through the Python bindings: committees,
+appeals, collateral, pull payments, and peer-ID proofs."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import ETH, REPO, advance_time, client_for
 from rollnet.node.chain.anvil import AnvilProcess
-from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus
+from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
 from rollnet.node.errors import ContractRevert
+from rollnet.node.events import EventLog
+from rollnet.node.keeper import Keeper
+from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
+from rollnet.node.worker import claim_with_seed
 
-WORKER, VALIDATOR_A, VALIDATOR_B, REQUESTER = 1, 2, 3, 0
+WORKER, VALIDATOR_A, VALIDATOR_B, LATECOMER, REQUESTER = 1, 2, 3, 4, 0
+PAY = 64 * 10**15  # 8 tasks x 8 completions x 0.001 ETH
 
 
-@pytest.fixture
-def job(market: Deployment, anvil: AnvilProcess) -> str:
+def _deploy_job(market: Deployment, anvil: AnvilProcess, **changes: object) -> str:
     for index, role in ((WORKER, Role.WORKER), (VALIDATOR_A, Role.VALIDATOR), (VALIDATOR_B, Role.VALIDATOR)):
-        RegistryClient(client_for(anvil, index), market.registry).join(f"peer-{index}".encode(), role, 10 * ETH)
+        RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), role, 10 * ETH)
     requester = client_for(anvil, REQUESTER)
-    spec = load_job_spec(REPO / "examples" / "job.toml")
+    spec = load_job_spec(REPO / "examples" / "job.toml").model_copy(update=changes)
     address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
     JobClient(requester, address).publish_policy(1, b"\x11" * 32)
     return address
 
 
+@pytest.fixture
+def job(market: Deployment, anvil: AnvilProcess) -> str:
+    return _deploy_job(market, anvil)
+
+
 def _submitted_lease(anvil: AnvilProcess, job: str) -> tuple[JobClient, int]:
     worker = JobClient(client_for(anvil, WORKER), job)
-    lease = worker.claim()
-    assert lease.status is LeaseStatus.LEASED and lease.seed != b"\0" * 32
+    lease = claim_with_seed(worker)
+    assert lease.status is LeaseStatus.LEASED and lease.seed_drawn
     assert lease.task_seed(0) != lease.task_seed(1)
     worker.submit(lease.lease_id, b"\x22" * 32, 1)
     return worker, lease.lease_id
 
 
-def test_accepted_batch_pays_the_worker_after_the_challenge_window(anvil: AnvilProcess, job: str) -> None:
+def test_an_accepted_batch_pays_the_worker_after_the_appeal_window(market: Deployment, anvil: AnvilProcess,
+                                                                   job: str) -> None:
     worker, lease_id = _submitted_lease(anvil, job)
-    JobClient(client_for(anvil, VALIDATOR_A), job).attest(lease_id, True)
-    JobClient(client_for(anvil, VALIDATOR_B), job).attest_batch({lease_id: True})
-    assert worker.lease(lease_id).status is LeaseStatus.ACCEPTED
+    registry = RegistryClient(worker.client, market.registry)
+    assert registry.info(worker.client.address).locked == ETH  # the lease's collateral
+    a, b = (JobClient(client_for(anvil, v), job) for v in (VALIDATOR_A, VALIDATOR_B))
+    # Two validators of equal stake and an expected committee of 3: both sit, each with half the weight.
+    assert a.member_weight(lease_id, 0, a.client.address) == b.member_weight(lease_id, 0, b.client.address) > 0
+    assert a.member_weight(lease_id, 0, worker.client.address) == 0  # never on its own committee
+    a.vote(lease_id, True)
+    assert worker.lease(lease_id).status is LeaseStatus.VOTING  # half the stake is not a majority
+    b.vote_batch({lease_id: True})
+    lease = worker.lease(lease_id)
+    assert lease.status is LeaseStatus.DECIDED and lease.outcome is Outcome.ACCEPT
     with pytest.raises(ContractRevert, match="DeadlineNotReached"):
         worker.finalize(lease_id)
     advance_time(worker.client, 3601)
     worker.finalize(lease_id)
-    pay = 64 * 10**15  # 8 tasks x 8 completions x 0.001 ETH
-    assert worker.owed(worker.client.address) == pay
+    assert worker.owed(worker.client.address) == PAY
+    assert registry.info(worker.client.address).locked == 0
     balance_before = worker.client.balance(worker.client.address)
     receipt = worker.withdraw_payment()
     gas_cost = receipt["gasUsed"] * receipt["effectiveGasPrice"]
-    assert worker.client.balance(worker.client.address) == balance_before + pay - gas_cost
+    assert worker.client.balance(worker.client.address) == balance_before + PAY - gas_cost
     state = worker.status()
-    assert state.escrow == 5 * ETH - pay and state.balance == state.escrow + state.total_owed + state.bonds_held
+    assert state.escrow == 5 * ETH - PAY
+    assert state.balance == state.escrow + state.total_owed + state.bonds_held + state.pool_held + state.burned
 
 
-def test_rejected_batch_slashes_the_worker_into_escrow(market: Deployment, anvil: AnvilProcess, job: str) -> None:
+def test_a_rejected_batch_loses_its_collateral_to_the_voters_never_to_the_requester(
+        market: Deployment, anvil: AnvilProcess, job: str) -> None:
     worker, lease_id = _submitted_lease(anvil, job)
     for validator in (VALIDATOR_A, VALIDATOR_B):
-        JobClient(client_for(anvil, validator), job).attest(lease_id, False)
+        JobClient(client_for(anvil, validator), job).vote(lease_id, False)
     advance_time(worker.client, 3601)
     worker.finalize(lease_id)
     registry = RegistryClient(worker.client, market.registry)
-    assert registry.info(worker.client.address).active == 9 * ETH
-    state = worker.status()
+    info = registry.info(worker.client.address)
     assert worker.lease(lease_id).status is LeaseStatus.SLASHED
-    assert state.escrow == 6 * ETH and state.reserved == 0 and state.balance == 6 * ETH
+    assert (info.active, info.locked) == (9 * ETH, 0)
+    state = worker.status()
+    assert state.escrow == 5 * ETH and state.reserved == 0  # the slash does not go to the requester's escrow
+    assert state.burned == ETH // 10
+    for validator in (VALIDATOR_A, VALIDATOR_B):
+        voter = JobClient(client_for(anvil, validator), job)
+        assert voter.reward_of(lease_id, voter.client.address) == 45 * ETH // 100
+        voter.claim_reward(lease_id)
+        assert voter.owed(voter.client.address) == 45 * ETH // 100
+    requester = JobClient(client_for(anvil, REQUESTER), job)
+    before = requester.client.balance(requester.client.address)
+    receipt = requester.close()
+    refunded = requester.client.balance(requester.client.address) - before + receipt["gasUsed"] * receipt[
+        "effectiveGasPrice"]
+    assert refunded == 5 * ETH  # the escrow only
 
 
-def test_stale_submission_is_refused_on_chain(anvil: AnvilProcess, job: str) -> None:
+def test_an_appeal_to_the_whole_validator_stake_overturns_a_wrong_rejection(market: Deployment,
+                                                                           anvil: AnvilProcess) -> None:
+    job = _deploy_job(market, anvil, appeal_rounds=1)
+    worker, lease_id = _submitted_lease(anvil, job)
+    a, b = (JobClient(client_for(anvil, v), job) for v in (VALIDATOR_A, VALIDATOR_B))
+    a.vote(lease_id, False)
+    b.vote(lease_id, False)  # both first-round members reject an honest batch
+    assert worker.lease(lease_id).outcome is Outcome.REJECT
+    newcomer = client_for(anvil, LATECOMER)  # an honest validator with a stake majority joins before the appeal
+    RegistryClient(newcomer, market.registry).join(PeerIdentity.generate(), Role.VALIDATOR, 30 * ETH)
+    worker.appeal(lease_id)  # the worker knows its batch is honest
+    lease = worker.lease(lease_id)
+    assert (lease.status, lease.round) == (LeaseStatus.VOTING, 1)
+    assert worker.committee_size(1) is None  # the final round seats every validator, weighted by stake
+    honest = JobClient(newcomer, job)
+    worker.client.rpc("evm_mine", [])
+    assert honest.member_weight(lease_id, 1, newcomer.address) == 30 * ETH
+    a.vote(lease_id, False)
+    honest.vote(lease_id, True)  # 30 of 50 ETH: decided at once, and final
+    worker.finalize(lease_id)
+    lease = worker.lease(lease_id)
+    assert (lease.status, lease.outcome) == (LeaseStatus.PAID, Outcome.ACCEPT)
+    keeper = Keeper(honest, EventLog(None))
+    assert keeper.slash_losers(lease_id) == 2  # both voters of the wrong rejection, each once
+    registry = RegistryClient(worker.client, market.registry)
+    assert registry.info(a.client.address).active == 9 * ETH
+    assert registry.info(b.client.address).active == 9 * ETH
+    pool = 2 * ETH * 9 // 10  # two voter slashes, less the 10% burned
+    assert worker.reward_of(lease_id, worker.client.address) == pool // 4  # the winning appellant's share
+    assert honest.reward_of(lease_id, newcomer.address) == pool - pool // 4  # the only winning voter
+    worker.claim_reward(lease_id)
+    bond = worker.appeal_bond(1)
+    assert worker.owed(worker.client.address) == PAY + bond + pool // 4
+    state = worker.status()
+    assert state.balance == state.escrow + state.total_owed + state.bonds_held + state.pool_held + state.burned
+
+
+def test_stale_and_unpublished_submissions_are_refused_on_chain(anvil: AnvilProcess, job: str) -> None:
     requester = JobClient(client_for(anvil, REQUESTER), job)
     worker = JobClient(client_for(anvil, WORKER), job)
-    lease = worker.claim()
+    raced = claim_with_seed(worker)  # claimed at version 1
+    with pytest.raises(ContractRevert, match="policy version 2 is not published yet: current is 1"):
+        worker.submit(raced.lease_id, b"\x33" * 32, 2)
     for version in range(2, 7):
         requester.publish_policy(version, bytes([version]) * 32)
+    with pytest.raises(ContractRevert, match="the next policy version is 6 \\+ 1, not 9"):
+        requester.publish_policy(9, b"\x09" * 32)
+    lease = claim_with_seed(worker)  # claimed at version 6
     with pytest.raises(ContractRevert, match="policy version 1 is too stale: current is 6, max staleness 4"):
         worker.submit(lease.lease_id, b"\x33" * 32, 1)
     worker.submit(lease.lease_id, b"\x33" * 32, 2)
     assert worker.lease(lease.lease_id).policy_version == 2
+    # A trainer racing ahead cannot make a lease in flight fail: the version current at its claim stays valid.
+    worker.submit(raced.lease_id, b"\x34" * 32, 1)
+    assert worker.lease(raced.lease_id).status is LeaseStatus.VOTING
+
+
+def test_a_peer_id_is_registered_only_by_the_holder_of_its_key(market: Deployment, anvil: AnvilProcess) -> None:
+    victim, squatter = client_for(anvil, 5), client_for(anvil, 6)
+    victim_peer = PeerIdentity.generate()
+    registry = RegistryClient(squatter, market.registry)
+    # The squatter signs with its own key, or replays the victim's signature made for the victim's address.
+    for signature in (registry.binding_signature(PeerIdentity.generate()),
+                      RegistryClient(victim, market.registry).binding_signature(victim_peer)):
+        with pytest.raises(ContractRevert, match="did not sign this binding"):
+            squatter.transact(registry.contract.functions.join(victim_peer.peer_id_bytes, signature, 1), value=ETH)
+    with pytest.raises(ContractRevert, match="not a libp2p secp256k1 key"):
+        squatter.transact(registry.contract.functions.join(b"peer-of-someone", b"\x00" * 65, 1), value=ETH)
+    RegistryClient(victim, market.registry).join(victim_peer, Role.WORKER, ETH)
+    assert registry.owner_of_peer(victim_peer.peer_id_bytes) == victim.address

@@ -129,7 +129,7 @@ def test_unregistered_peers_are_refused_until_they_stake(swarm: Swarm, market: D
     with pytest.raises(ObjectError, match="no provider served a valid manifest"):
         stranger.fetch(root, [server.peer_id])
     assert server.stats.refused["object:peer id not registered"] >= 1
-    RegistryClient(client_for(anvil, 4), market.registry).join(stranger.identity.peer_id_bytes, Role.WORKER, ETH)
+    RegistryClient(client_for(anvil, 4), market.registry).join(stranger.identity, Role.WORKER, ETH)
     stranger.fetch(root, [server.peer_id])
     assert stranger.store.read(root) == b"policy delta bytes" * 1000
     lookups = gate.lookups
@@ -256,15 +256,14 @@ def test_envelope_checks() -> None:
 
 
 def test_job_authorizer_checks_trainer_registry_and_validators(market: Deployment, anvil: AnvilProcess) -> None:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from rollnet.node.p2p.authorize import JobAuthorizer
     from rollnet.node.p2p.envelopes import PolicyAnnouncement, Verdict
     from rollnet.node.p2p.identity import PeerIdentity
 
     trainer, worker, validator = dev_account(0), dev_account(5), dev_account(6)
-    worker_peer = PeerIdentity(Ed25519PrivateKey.generate())
-    RegistryClient(client_for(anvil, 5), market.registry).join(worker_peer.peer_id_bytes, Role.WORKER, ETH)
-    RegistryClient(client_for(anvil, 6), market.registry).join(b"validator-peer", Role.VALIDATOR, 5 * ETH)
+    worker_peer = PeerIdentity.generate()
+    RegistryClient(client_for(anvil, 5), market.registry).join(worker_peer, Role.WORKER, ETH)
+    RegistryClient(client_for(anvil, 6), market.registry).join(PeerIdentity.generate(), Role.VALIDATOR, 5 * ETH)
     authorize = JobAuthorizer(JOB, trainer.address, RegistryClient(client_for(anvil, 0), market.registry))
     now = time.time()
     policy = PolicyAnnouncement(job=JOB, nonce=1, timestamp=now, version=3, base_version=2, target_root="aa" * 32,
@@ -296,10 +295,9 @@ def test_policy_broadcast_over_gossip_uses_the_trainers_uplink_about_once(
     trainer = swarm.node("trainer", upload_rate=8e6)
     workers = [swarm.node(f"worker{i}", upload_rate=8e6) for i in range(3)]
     keys = [dev_account(10 + i) for i in range(3)]
-    registry.join(trainer.identity.peer_id_bytes, Role.WORKER, ETH)  # the trainer's own peer id, announced too
+    registry.join(trainer.identity, Role.WORKER, ETH)  # the trainer's own peer id, announced too
     for index, worker in enumerate(workers):
-        RegistryClient(client_for(anvil, 10 + index), market.registry).join(worker.identity.peer_id_bytes,
-                                                                           Role.WORKER, ETH)
+        RegistryClient(client_for(anvil, 10 + index), market.registry).join(worker.identity, Role.WORKER, ETH)
         worker.connect([trainer.addr] + [w.addr for w in workers[:index]])
     names = topics(JOB)
     authorize = JobAuthorizer(JOB, trainer_key.address, registry)
@@ -358,7 +356,7 @@ def test_bootstrap_from_the_registry_dials_only_staked_identities(
     leaving = swarm.node("leaving")
     for index, node in enumerate([*staked, leaving]):
         registry = RegistryClient(client_for(anvil, 12 + index), market.registry)
-        registry.join(node.identity.peer_id_bytes, Role.WORKER, ETH)
+        registry.join(node.identity, Role.WORKER, ETH)
         registry.set_listen_addrs([transport_addr(node.addr)])
         assert registry.listen_addrs(registry.client.address) == [transport_addr(node.addr)]
     RegistryClient(client_for(anvil, 14), market.registry).request_unbond(ETH)  # no longer active
@@ -367,3 +365,24 @@ def test_bootstrap_from_the_registry_dials_only_staked_identities(
     addrs = registry_bootstrap_addrs(reader, from_block=market.deployed_at_block)
     assert sorted(addrs) == sorted(node.addr for node in staked)
     assert sorted(newcomer.connect(addrs)) == sorted(node.peer_id for node in staked)
+
+
+def test_a_registration_without_stake_passes_the_gate_only_for_the_jobs_trainer(
+    swarm: Swarm, market: Deployment, anvil: AnvilProcess
+) -> None:
+    """The trainer role proves a peer ID but carries no stake: anyone can register one, so the gate admits it
+    only for the address it was told to trust (the job's trainer)."""
+    trainer_key, impostor_key = dev_account(7), dev_account(8)
+    reader = RegistryClient(client_for(anvil, 0), market.registry)
+    server = swarm.node("server", gate=PeerGate(reader, trusted_owners={trainer_key.address}, deny_ttl=0.0))
+    trainer, impostor = swarm.node("trainer"), swarm.node("impostor")
+    for node, index in ((trainer, 7), (impostor, 8)):
+        RegistryClient(client_for(anvil, index), market.registry).join(node.identity, Role.TRAINER, 0)
+        node.connect([server.addr])
+    root = server.store.put(b"a rollout batch" * 500)
+    trainer.fetch(root, [server.peer_id])
+    assert trainer.store.read(root) == b"a rollout batch" * 500
+    with pytest.raises(ObjectError, match="no provider served a valid manifest"):
+        impostor.fetch(root, [server.peer_id])
+    assert server.stats.refused["object:stake not active"] >= 1
+    assert not reader.is_staked(impostor_key.address) and reader.is_active(impostor_key.address, Role.TRAINER)

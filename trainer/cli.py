@@ -20,14 +20,13 @@ from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.cli.context import CliContext, DevAccountOption, KeyOption, console, get_context
 from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
+from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.loading import load_policy, resolve_model
-from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, transport_addr
 from rollnet.node.p2p.fetch import p2p_fetcher
-from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import load_or_create_identity
-from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.participant import register_trainer, start_participant
 from rollnet.node.tasks import load_task
 from rollnet.trainer.config import GRPOConfig
 from rollnet.trainer.local import LocalRun
@@ -121,14 +120,17 @@ def market_run(cli: CliContext, trainer: Trainer, job: str, folder: Path, listen
     job_client = JobClient(client, resolve_job(client, deployment, job))
     registry = RegistryClient(client, deployment.registry)
     events = EventLog(cli.data_dir)
-    node = P2PNode(load_or_create_identity(cli.data_dir), ObjectStore(folder / "objects"), gate=None,
-                   listen=listen).start()
+    if job_client.spec()["trainer"].lower() != trainer.signer.address.lower():
+        raise RollnetError(f"job {job_client.address} names trainer {job_client.spec()['trainer']}, "
+                           f"not {trainer.signer.address}")
+    if register_trainer(registry, load_or_create_identity(cli.data_dir)):
+        console.print(f"registered this trainer's peer ID for {trainer.signer.address} (no stake)")
+    participant = start_participant(registry, job_client, cli.data_dir, folder / "objects", listen=listen,
+                                    advertise=advertise)
+    node, address = participant.node, participant.address
     try:
-        base = transport_addr(advertise or node.addr)
-        address = f"{base}/p2p/{node.peer_id}"
         for path in filter(None, (cli.data_dir / "p2p-addr", addr_file)):
             path.write_text(address + "\n")
-        node.connect(registry_bootstrap_addrs(registry, exclude={node.peer_id}))  # workers and validators
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),
                                p2p_fetcher(node, registry), events, held_out_every=held_out_every)
         console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "

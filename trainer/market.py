@@ -1,13 +1,13 @@
 """The chain-fed trainer: admits validated rollout batches from the market, trains, and publishes each
 version on chain and as a signed delta over libp2p.
 
-Invariants: a batch reaches the buffer only through `admit_submission` (a verdict quorum by gossip, or the
-chain's recorded acceptance) and only once: the ledger (SQLite) records each lease's outcome, so a
-restarted trainer never admits a batch twice; version v is published on chain only after the trainer's
-state for v is saved and v is in its policy store, and announced by gossip only after the chain holds
-it, so a follower can always check an announcement against the chain; a restart publishes what is
-missing (on chain, then by gossip) and nothing twice. Recent announcements are repeated, because gossip
-can be missed. Chain outages back off and retry; they never skip a batch or a version.
+Invariants: a batch reaches the buffer only through `admit_submission` (its first committee's acceptance by
+gossip, under the verdict book's rule, or a final acceptance on chain) and only once: the ledger (SQLite)
+records each lease's outcome, so a restarted trainer never admits a batch twice; version v is published on
+chain only after the trainer's state for v is saved and v is in its policy store, and announced by gossip
+only after the chain holds it, so a follower can always check an announcement against the chain; a
+restart publishes what is missing (on chain, then by gossip) and nothing twice. Recent announcements are
+repeated, because gossip can be missed. Chain outages back off and retry; they never skip a batch or a version.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rollnet.node.chain.job import JobClient, LeaseStatus
-from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.chain.job import JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
+from rollnet.node.keeper import final_outcome
 from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.model.builder import greedy_accuracy
 from rollnet.node.p2p.authorize import JobAuthorizer
@@ -29,15 +30,20 @@ from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
 from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.p2p.host import P2PNode, topics
 from rollnet.node.rollout.submission import SubmissionError, parse_submission
-from rollnet.node.verdicts import VerdictBook
+from rollnet.node.verdicts import ChainCommittee, VerdictBook
 from rollnet.trainer.admission import admit_submission
 from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.local import HELD_OUT
 from rollnet.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
-DECIDED_ACCEPTED = (LeaseStatus.ACCEPTED, LeaseStatus.PAID)
-DECIDED_AGAINST = (LeaseStatus.REJECTED, LeaseStatus.SLASHED, LeaseStatus.LAPSED, LeaseStatus.RETURNED)
+
+
+def chain_decision(job: JobClient, lease: Lease, now: int, spec: dict) -> bool | None:
+    """What the chain says of a batch once its outcome is final: True accepted, False rejected, void or gone,
+    None not final yet (an appealable decision can still be overturned)."""
+    outcome = final_outcome(job, lease, now, spec)
+    return None if outcome is None else outcome is Outcome.ACCEPT
 
 
 @dataclass
@@ -74,8 +80,7 @@ class MarketTrainer:
         self.buffer = RolloutBuffer(config.group_size, min(config.max_staleness, spec["max_staleness"]),
                                     trainer.model.config.vocab_size)
         self.buffer.advance(trainer.version)
-        self.book = VerdictBook(job.address, spec["quorum"],
-                                lambda validator: registry.is_active(validator, Role.VALIDATOR))
+        self.book = VerdictBook(job.address, ChainCommittee(job, registry))
         self.verdict_topic = topics(job.address)["verdict"]
         self.policy_topic = topics(job.address)["policy"]
         node.subscribe(self.verdict_topic, authorize=JobAuthorizer(job.address, spec["trainer"], registry))
@@ -163,13 +168,18 @@ class MarketTrainer:
             if self.trainer.version - row.policy_version > self.buffer.max_staleness:
                 self._decide(row, False, "too stale for the buffer", Counter({"too stale": 1}))
                 continue
-            gossip_quorum = self.book.admitted(row.lease_id, row.root)
-            status = self.job.lease(row.lease_id).status if not gossip_quorum else LeaseStatus.ACCEPTED
-            if status in DECIDED_AGAINST:
-                self._decide(row, False, f"{status.name.lower()} on chain", Counter({"refused": 1}))
-                continue
-            if status not in DECIDED_ACCEPTED:
-                continue  # no quorum yet: wait
+            lease = self.job.lease(row.lease_id)
+            # Gossip speaks for the first round only: once appealed, or settled against, the chain decides.
+            gossip_quorum = (lease.round == 0 and not (lease.final and lease.status is not LeaseStatus.PAID)
+                             and self.book.admitted(row.lease_id, row.root))
+            decision = True
+            if not gossip_quorum:
+                decision = chain_decision(self.job, lease, self.job.client.now(), self.spec)
+                if decision is False:
+                    self._decide(row, False, f"{lease.status.name.lower()} on chain", Counter({"refused": 1}))
+                    continue
+            if decision is None:
+                continue  # not accepted by gossip, not final on chain: wait
             data = self.fetch(row.root, row.worker)
             if data is None:
                 continue  # the worker is unreachable now; try again next round

@@ -21,6 +21,14 @@ from rollnet.node.tasks import Task
 from rollnet.node.worker import leased_instances
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
+DATA_UNAVAILABLE = "rollout data unavailable within the deadline"
+POLICY_UNAVAILABLE = "the claimed policy version was unavailable within the deadline"
+
+
+def is_unavailability(reason: str | None) -> bool:
+    """Whether a rejection says only that this validator could not obtain the data or the policy."""
+    return bool(reason) and reason.startswith((DATA_UNAVAILABLE, POLICY_UNAVAILABLE))
+
 
 @dataclass(frozen=True)
 class Check:
@@ -48,7 +56,7 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
                      tokenizer: PreTrainedTokenizerFast) -> Check:
     lease = context.lease
     if data is None:
-        return reject("rollout data unavailable within the deadline")
+        return reject(DATA_UNAVAILABLE)
     if object_root(data) != lease.root:
         return reject("the fetched bytes do not hash to the root submitted on chain")
     try:

@@ -1,7 +1,9 @@
-"""`rollnet validator run`: stake as a validator if needed, then verify and vote on a job's submissions.
+"""`rollnet validator run`: stake as a validator if needed, then verify and vote on the job's submissions
+this validator is drawn for, appeal rounds it lost, and collect its rewards.
 
 Invariant: the daemon's progress lives in `<data-dir>/validator.sqlite`, so stopping and re-running the
-command resumes where it stopped, never voting twice; Ctrl-C stops it between rounds.
+command resumes where it stopped, never voting twice; Ctrl-C stops it between rounds; its host runs the
+stake gate.
 """
 
 from __future__ import annotations
@@ -20,11 +22,10 @@ from rollnet.node.events import EventLog
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import StorePolicies
-from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, resolve_bootstrap, transport_addr
 from rollnet.node.p2p.fetch import p2p_fetcher
-from rollnet.node.p2p.host import P2PNode, topics
+from rollnet.node.p2p.host import topics
 from rollnet.node.p2p.identity import load_or_create_identity
-from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.participant import start_participant
 from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.tasks import load_task
 from rollnet.node.units import eth_to_wei, format_eth
@@ -62,7 +63,7 @@ def run(
         if stake_wei < registry.min_stake(Role.VALIDATOR):
             raise RollnetError(f"stake {format_eth(stake_wei)} is below the validator minimum of "
                                f"{format_eth(registry.min_stake(Role.VALIDATOR))}")
-        registry.join(identity.peer_id_bytes, Role.VALIDATOR, stake_wei)
+        registry.join(identity, Role.VALIDATOR, stake_wei)
         console.print(f"joined as validator: {account.address} staked {format_eth(stake_wei)}")
     elif not registry.is_active(account.address, Role.VALIDATOR):
         raise RollnetError(f"{account.address} is registered but not an active validator: see `rollnet node status`")
@@ -70,10 +71,9 @@ def run(
     base, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
     spec = job_client.spec()
     store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"])
-    node = P2PNode(identity, ObjectStore(cli.data_dir / "objects"), gate=None, listen=listen).start()
+    node = start_participant(registry, job_client, cli.data_dir, cli.data_dir / "objects", listen=listen,
+                             advertise=advertise, bootstrap=bootstrap).node
     try:
-        registry.set_listen_addrs([transport_addr(advertise or node.addr)])
-        node.connect(resolve_bootstrap(bootstrap) + registry_bootstrap_addrs(registry, exclude={node.peer_id}))
         events = EventLog(cli.data_dir)
         follower = PolicyFollower(node, store, job_client, registry, events)
         follower.ensure_base(base, strict=False)
@@ -93,8 +93,9 @@ def run(
                 events.emit("chain_unavailable", wait_s=interval)
                 time.sleep(interval)
                 continue
-            if report.new_submissions or report.judged or report.attested:
-                console.print(f"new {report.new_submissions}, judged {report.judged}, attested {report.attested}")
+            if report.new_submissions or report.judged or report.attested or report.appealed:
+                console.print(f"new {report.new_submissions}, drawn {report.drawn}, judged {report.judged}, "
+                              f"voted {report.attested}, appealed {report.appealed}")
             if once:
                 break
             time.sleep(interval)

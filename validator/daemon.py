@@ -1,13 +1,18 @@
-"""The validator daemon's loop for one job: follow submissions on chain, fetch, judge, sign, gossip, vote.
+"""The validator daemon's loop for one job: follow submissions and appeals on chain, find the rounds this
+validator was drawn for, and there fetch, judge, sign, gossip and vote; appeal a round it lost; after the
+final outcome slash the losing voters, penalize absent members and collect its rewards.
 
-Invariants (with the store's): every BatchSubmitted event is recorded exactly once and judged exactly
-once; a verdict is signed and handed to `publish` (the signed verdict envelope, for gossip) as soon as it
-is written, before any block; data that cannot be fetched is retried for the first half of the vote
-window before it counts as withheld; votes go out in `attestBatch` transactions, and before each one the chain is
-asked whether this validator already voted, so a crash at any point neither loses nor duplicates a vote;
-chain errors back off and retry rather than skip. A decision that contradicts this validator's verdict,
-on a lease it did not vote on, is challenged with the bond inside the window; once a challenge of its own
-is resolved as overturned, it slashes every validator who voted the losing way (the Schelling incentive).
+Invariants (with the ledger's): every BatchSubmitted and Appealed event is recorded exactly once; a lease
+is fetched and judged only if this validator sits on one of its rounds' committees (the contract says so:
+`memberWeight`), so verification work grows with committee size, not with the number of validators; a
+verdict is judged once, signed and handed to `publish` (for gossip) as soon as it is written, before any
+block; a drawn member judges its round even if the round was decided before it could vote (a lucky
+minority may decide a sampled round at once), so that it can appeal it; data or a policy that cannot be
+obtained is waited for during the first half of the round's vote (or appeal) window before it counts
+against the worker; votes go out in `voteBatch` transactions, and before each one the chain is asked
+whether this validator already voted in that round, so a crash at any point neither loses nor duplicates a
+vote; a decision that contradicts this validator's verdict (unless that verdict was a rejection for lack of
+data) is appealed while appeals remain; chain errors back off and retry rather than skip.
 """
 
 from __future__ import annotations
@@ -18,15 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from eth_account.signers.local import LocalAccount
-from rollnet.node.chain.job import JobClient, LeaseStatus
+from rollnet.node.chain.job import JobClient, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
-from rollnet.node.errors import ChainUnavailable, PolicyUnavailable
+from rollnet.node.errors import ChainUnavailable, ContractRevert, PolicyUnavailable
 from rollnet.node.events import EventLog
-from rollnet.node.ledger import CHALLENGED, CLOSED, OPEN, SubmissionLedger
+from rollnet.node.keeper import Keeper, appeal_deadline, appealable, current_outcome
+from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.tasks import Task
 from rollnet.node.verdicts import seal_verdict
-from rollnet.validator.checks import SubmissionContext, check_submission
+from rollnet.validator.checks import POLICY_UNAVAILABLE, SubmissionContext, check_submission, is_unavailability
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
@@ -37,17 +43,19 @@ PolicySource = Callable[[int], tuple[PreTrainedModel, PreTrainedTokenizerFast]]
 @dataclass
 class RoundReport:
     new_submissions: int = 0
+    drawn: int = 0
     judged: int = 0
     attested: int = 0
-    challenged: int = 0
+    appealed: int = 0
     slashed_voters: int = 0
+    penalized: int = 0
 
 
 class ValidatorDaemon:
     def __init__(self, job: JobClient, registry: RegistryClient, account: LocalAccount, task: Task,
                  policies: PolicySource, fetch: Fetcher, store: SubmissionLedger,
                  publish: Callable[[bytes], None] | None = None, retries: int = 5, backoff_s: float = 0.5,
-                 events: EventLog | None = None):
+                 events: EventLog | None = None, appeals: bool = True):
         self.job = job
         self.registry = registry
         self.account = account
@@ -59,7 +67,10 @@ class ValidatorDaemon:
         self.retries = retries
         self.backoff_s = backoff_s
         self.events = events or EventLog(None)
+        self.appeals = appeals
         self.spec = self._retrying(job.spec)
+        self.keeper = Keeper(job, self.events, self.spec)
+        self._enlisted = False
 
     def _retrying(self, call: Callable, *args: object) -> object:
         """Run a chain call, backing off while the chain is unavailable."""
@@ -75,24 +86,60 @@ class ValidatorDaemon:
                 delay *= 2
         raise AssertionError("unreachable")
 
+    @property
+    def me(self) -> str:
+        return self.account.address
+
+    def _chain_time(self) -> int:
+        return self.job.client.now()
+
     def follow_events(self) -> int:
-        """Record BatchSubmitted events since the cursor; returns how many were new."""
+        """Record BatchSubmitted and Appealed events since the cursor; returns how many submissions were new."""
         client = self.job.client
         head = self._retrying(client.block_number)
         start = self.store.cursor(self.job.address) + 1
         if head < start:
             return 0
-        logs = self._retrying(client.events, self.job.contract, "BatchSubmitted", start, head)
-        rows = [(log_["args"]["leaseId"], bytes(log_["args"]["root"]), log_["args"]["worker"],
-                 log_["args"]["policyVersion"]) for log_ in logs]
+        submitted = self._retrying(client.events, self.job.contract, "BatchSubmitted", start, head)
+        appealed = self._retrying(client.events, self.job.contract, "Appealed", start, head)
+        rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
+                for e in submitted]
         before = len(self.store.all(self.job.address))
-        self.store.record_events(self.job.address, rows, head)
+        self.store.record_events(self.job.address, rows, head,
+                                 appeals=[(e["args"]["leaseId"], e["args"]["round"]) for e in appealed])
         return len(self.store.all(self.job.address)) - before
+
+    def find_membership(self) -> int:
+        """For each open lease whose current round's committee is not known to this ledger yet, ask the
+        contract whether this validator sits on it (once the round's randomness exists)."""
+        drawn = 0
+        for row in self.store.open_rows(self.job.address):
+            if row.member_weight is not None:
+                continue
+            state = self._retrying(self.job.round, row.lease_id, row.round)
+            weight = self._retrying(self.job.member_weight, row.lease_id, row.round, self.me)
+            self.store.set_membership(self.job.address, row.lease_id, row.round, weight)
+            if weight:
+                drawn += 1
+                self.events.emit("drawn", lease=row.lease_id, round=row.round, weight=weight,
+                                 total=state.total_weight or None)
+        return drawn
 
     def judge_pending(self) -> int:
         judged = 0
-        for pending in self.store.unjudged(self.job.address):
+        now = self._retrying(self._chain_time)
+        for pending in self.store.open_rows(self.job.address):
+            if not pending.member or pending.accept is not None:
+                continue
             lease = self._retrying(self.job.lease, pending.lease_id)
+            if lease.round != pending.round:
+                continue  # the ledger has not followed an appeal yet
+            voting = lease.status is LeaseStatus.VOTING and now <= lease.deadline
+            contest_until = appeal_deadline(lease, self.spec)
+            if not voting and not appealable(lease, now, self.spec):
+                continue  # too late to vote or to appeal; a later round may draw us again
+            patient = (now < lease.deadline - self.spec["vote_window"] // 2 if voting
+                       else now < contest_until - self.spec["appeal_window"] // 2)
             context = SubmissionContext(
                 job=self.job.address, lease=lease, group_size=self.spec["group_size"],
                 tasks_per_lease=self.spec["tasks_per_lease"],
@@ -102,89 +149,117 @@ class ValidatorDaemon:
             try:
                 model, tokenizer = self.policies(lease.policy_version)
             except PolicyUnavailable as exc:
-                log.info("lease %d waits for policy version %d: %s", pending.lease_id, lease.policy_version, exc)
-                continue  # judged once the delta arrives (or the lease lapses): never rejected for our lag
+                if patient:
+                    log.info("lease %d waits for policy version %d: %s", pending.lease_id, lease.policy_version, exc)
+                    continue  # judged once the delta arrives: a policy we lag behind is not the worker's fault
+                self._record(pending, lease, False, f"{POLICY_UNAVAILABLE} ({exc})")
+                judged += 1
+                continue
             data = self.fetch(lease.root, lease.worker)
-            if data is None and self._retrying(self._chain_time) < lease.deadline - self.spec["vote_window"] // 2:
+            if data is None and patient:
                 log.info("lease %d: data not available yet; retrying next round", pending.lease_id)
                 continue  # a busy or restarting worker gets half the vote window before "unavailable" counts
             check = check_submission(data, context, self.task, model, tokenizer)
-            self.store.record_verdict(self.job.address, pending.lease_id, check.accept, check.reason)
-            log.info("lease %d: %s (%s)", pending.lease_id, "accept" if check.accept else "reject", check.reason)
-            self.events.emit("verdict", lease=pending.lease_id, worker=lease.worker, version=lease.policy_version,
-                             accept=check.accept, reason=check.reason)
-            if self.publish is not None:
-                self.publish(seal_verdict(self.job.address, pending.lease_id, lease.root, check.accept,
-                                          check.reason, self.account))
+            self._record(pending, lease, check.accept, check.reason)
             judged += 1
         return judged
 
+    def _record(self, pending: Pending, lease: object, accept: bool, reason: str) -> None:
+        self.store.record_verdict(self.job.address, pending.lease_id, accept, reason)
+        log.info("lease %d: %s (%s)", pending.lease_id, "accept" if accept else "reject", reason)
+        self.events.emit("verdict", lease=pending.lease_id, worker=lease.worker, version=lease.policy_version,
+                         round=lease.round, accept=accept, reason=reason)
+        if self.publish is not None:
+            self.publish(seal_verdict(self.job.address, pending.lease_id, lease.root, accept, reason, self.account))
+
     def attest_pending(self) -> int:
-        """Vote on every judged, unattested lease this validator has not voted on yet (one transaction)."""
-        pending = self.store.unattested(self.job.address)
-        already, votes = [], {}
-        for row in pending:
-            voted = self._retrying(self.job.has_voted, row.lease_id, self.account.address)
+        """Vote on every judged lease whose current round drew us and that we have not voted in (one transaction)."""
+        now = self._retrying(self._chain_time)
+        done, votes = [], {}
+        for row in self.store.open_rows(self.job.address):
+            if not row.member or row.accept is None or row.voted_round >= row.round:
+                continue
             lease = self._retrying(self.job.lease, row.lease_id)
-            if voted or lease.status is not LeaseStatus.SUBMITTED:
-                already.append(row.lease_id)  # voted before a crash, or decided/lapsed without us
+            voted = row.round in self._retrying(self.job.ballot, row.lease_id, self.me)
+            if voted or lease.round != row.round or lease.status is not LeaseStatus.VOTING or now > lease.deadline:
+                done.append(row)  # voted before a crash, or the round closed without us
             else:
-                votes[row.lease_id] = bool(row.accept)
+                votes[row.lease_id] = (bool(row.accept), row.round)
         if votes:
-            receipt = self._retrying(self.job.attest_batch, votes)
-            self.events.emit("attest", leases=list(votes), gas=receipt["gasUsed"])
-        self.store.mark_attested(self.job.address, already + list(votes))
+            receipt = self._retrying(self.job.vote_batch, {i: accept for i, (accept, _) in votes.items()})
+            self.events.emit("attest", leases=list(votes), rounds=[r for _, r in votes.values()],
+                             gas=receipt["gasUsed"])
+        for row in done:
+            self.store.mark_voted(self.job.address, row.lease_id, row.round)
+        for lease_id, (_, round_) in votes.items():
+            self.store.mark_voted(self.job.address, lease_id, round_)
         return len(votes)
 
-    def challenge_wrong_decisions(self) -> int:
-        """Challenge (with the bond) every decision that contradicts this validator's verdict, where it did
-        not vote (a voter may not challenge) and the challenge window is still open. Rows with nothing left
-        to do are closed, so each round reads only undecided leases."""
-        challenged = 0
+    def appeal_lost_rounds(self) -> int:
+        """Appeal (with the round's bond) a current decision against this validator's verdict on the batch
+        (judged when it sat on one of the lease's committees), unless that verdict was a rejection for lack
+        of data (another member may have fetched what we could not)."""
+        if not self.appeals:
+            return 0
+        appealed = 0
         now = self._retrying(self._chain_time)
-        for row in self.store.in_stage(self.job.address, OPEN):
+        for row in self.store.open_rows(self.job.address):
+            if row.accept is None or is_unavailability(row.reason):
+                continue  # no verdict of ours (we were never drawn), or only "we could not get the data"
             lease = self._retrying(self.job.lease, row.lease_id)
-            if lease.status in (LeaseStatus.LEASED, LeaseStatus.SUBMITTED):
-                continue  # not decided yet
-            decided = lease.status in (LeaseStatus.ACCEPTED, LeaseStatus.REJECTED) and now <= lease.deadline
-            against_us = (lease.status is LeaseStatus.ACCEPTED) != row.accept
-            if not (decided and against_us) or self._retrying(self.job.has_voted, row.lease_id,
-                                                               self.account.address):
-                self.store.set_stage(self.job.address, row.lease_id, CLOSED)
+            if not appealable(lease, now, self.spec):
                 continue
-            log.warning("lease %d was decided %s against our verdict (%s): challenging", row.lease_id,
-                        lease.status.name.lower(), row.reason)
-            self._retrying(self.job.challenge, row.lease_id, self.spec["challenge_bond"])
-            self.store.set_stage(self.job.address, row.lease_id, CHALLENGED)
-            self.events.emit("challenge", lease=row.lease_id, worker=lease.worker)
-            challenged += 1
-        return challenged
-
-    def slash_losing_voters(self) -> int:
-        """After a challenge of ours overturned a decision, slash each validator who voted the losing way
-        (their stake goes to the challenger)."""
-        slashed = 0
-        for row in self.store.in_stage(self.job.address, CHALLENGED):
-            state = self._retrying(self.job.challenge_state, row.lease_id)
-            if state.challenger.lower() != self.account.address.lower() or not state.resolved:
+            outcome = current_outcome(self.job, lease, now)
+            if outcome is (Outcome.ACCEPT if row.accept else Outcome.REJECT):
                 continue
-            if state.overturned:
-                losing_vote = 1 if state.original_accepted else 2
-                for validator in self._retrying(self.job.voters, row.lease_id):
-                    if self._retrying(self.job.vote_of, row.lease_id, validator) == losing_vote:
-                        self._retrying(self.job.slash_voter, row.lease_id, validator)
-                        self.events.emit("slash_voter", lease=row.lease_id, validator=validator)
-                        slashed += 1
-            self.store.set_stage(self.job.address, row.lease_id, CLOSED)
-        return slashed
+            try:
+                self._retrying(self.job.appeal, row.lease_id)
+            except ContractRevert as exc:
+                log.info("lease %d: appeal refused (%s)", row.lease_id, exc.error_name)
+                continue
+            log.warning("lease %d: round %d decided %s against our verdict (%s): appealed", row.lease_id,
+                        lease.round, outcome.name.lower(), row.reason)
+            self.events.emit("appeal", lease=row.lease_id, round=lease.round + 1, against=outcome.name.lower(),
+                             worker=lease.worker)
+            appealed += 1
+        return appealed
 
-    def _chain_time(self) -> int:
-        return self.job.client.latest_timestamp()
+    def settle_and_collect(self, report: RoundReport) -> None:
+        """Keeper chores on open leases; once a lease is final: slash its losing voters, penalize absent
+        members of rounds that ran to their deadline, collect our rewards, and close the row."""
+        now = self._retrying(self._chain_time)
+        settled = []
+        for row in self.store.open_rows(self.job.address):
+            lease = self._retrying(self.job.lease, row.lease_id)
+            if not lease.final:
+                self.keeper.act(lease, now)
+                continue
+            if row.voted_round >= 0 and lease.status is not LeaseStatus.RETURNED:
+                report.slashed_voters += self.keeper.slash_losers(row.lease_id)
+                report.penalized += self.keeper.penalize_absentees(lease, self._validators)
+                settled.append(row.lease_id)
+            self.store.close(self.job.address, row.lease_id)
+        self.keeper.collect(settled)
+
+    def _validators(self) -> list[str]:
+        """The validators enlisted in this job: only they answer for absence."""
+        return self._retrying(self.job.enlisted)
+
+    def enlist(self) -> None:
+        """Follow this job (once): from the next block on, this validator answers for absence here."""
+        if self._enlisted:
+            return
+        if not self._retrying(self.job.is_enlisted, self.me):
+            self._retrying(self.job.enlist)
+            self.events.emit("enlist", job=self.job.address)
+        self._enlisted = True
 
     def run_once(self) -> RoundReport:
+        self.enlist()
         report = RoundReport(new_submissions=self.follow_events())
+        report.drawn = self.find_membership()
         report.judged = self.judge_pending()
         report.attested = self.attest_pending()
-        report.challenged = self.challenge_wrong_decisions()
-        report.slashed_voters = self.slash_losing_voters()
+        report.appealed = self.appeal_lost_rounds()
+        self.settle_and_collect(report)
         return report

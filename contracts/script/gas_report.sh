@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Gas per call of one worker lease (8 completions x 8 tasks, quorum 2) and per accepted sample.
+# Gas per call of one worker lease (8 completions x 8 tasks, a 3-member committee deciding on 2 votes)
+# and per accepted sample.
 # Invariant: the numbers come from test/GasPath.t.sol, one transaction per step (see its header);
-# the summary sums the `tx <step>` lines: claim + submit + 2 attests + finalize + withdrawPayment.
+# the summary sums the `tx <step>` lines: claim + drawSeed + submit + 2 votes + finalize + withdrawPayment.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
@@ -24,16 +25,17 @@ echo "== per call, one transaction each (21000 + calldata + execution - refund) 
 printf "%s\n" "$out" | grep -E "^\s+tx " | sed "s/^ *//"
 echo
 printf '%s\n' "$out" | awk -v samples=64 '
-  /^ +tx claim:/                 { c=$NF }
-  /^ +tx submit:/                { s=$NF }
-  /^ +tx attest \(first vote\):/ { a1=$NF }
-  /^ +tx attest \(quorum vote\):/{ a2=$NF }
-  /^ +tx finalize:/              { f=$NF }
-  /^ +tx withdrawPayment:/       { w=$NF }
+  /^ +tx claim:/            { c=$NF }
+  /^ +tx drawSeed:/         { d=$NF }
+  /^ +tx submit:/           { s=$NF }
+  /^ +tx vote \(first\):/    { a1=$NF }
+  /^ +tx vote \(deciding\):/ { a2=$NF }
+  /^ +tx finalize:/         { f=$NF }
+  /^ +tx withdrawPayment:/  { w=$NF }
   END {
-    if (c == "" || s == "" || a1 == "" || a2 == "" || f == "" || w == "") { print "missing a measurement" > "/dev/stderr"; exit 1 }
-    total = c + s + a1 + a2 + f + w
-    printf "== one accepted lease (quorum 2) ==\n"
-    printf "claim %d + submit %d + attest %d + attest %d + finalize %d + withdrawPayment %d = %d gas\n", c, s, a1, a2, f, w, total
+    if (c == "" || d == "" || s == "" || a1 == "" || a2 == "" || f == "" || w == "") { print "missing a measurement" > "/dev/stderr"; exit 1 }
+    total = c + d + s + a1 + a2 + f + w
+    printf "== one accepted lease (round 0 decided by 2 of 3 committee members) ==\n"
+    printf "claim %d + drawSeed %d + submit %d + vote %d + vote %d + finalize %d + withdrawPayment %d = %d gas\n", c, d, s, a1, a2, f, w, total
     printf "per accepted sample (/%d): %d gas\n", samples, total / samples
   }'

@@ -3,24 +3,27 @@ pragma solidity 0.8.30;
 
 /// @notice A training job's parameters, fixed at creation.
 /// @dev Invariant: one definition shared by the factory, the job and the Python bindings (field order is ABI).
+///      There is no arbiter: outcomes come only from stake-weighted committees of validators and their appeals.
 struct JobSpec {
     bytes32 modelHash; // content root of the base policy (version 0)
     bytes32 taskSetId; // which procedural task generator / task file
-    address trainer; // publishes policy versions
-    address arbiter; // resolves challenges (zero: the requester)
+    address trainer; // publishes policy versions (and has no other power)
     uint32 groupSize; // completions per task
     uint32 tasksPerLease; // tasks leased together and submitted under one Merkle root
     uint32 maxStaleness; // oldest admissible policy version is current - maxStaleness
-    uint32 quorum; // matching validator votes that decide a batch
+    uint32 committeeSize; // expected members of a lease's first committee; doubles each appeal round
+    uint32 appealRounds; // appeals allowed; the round after the last appeal is final, and every validator sits on it
     uint32 clipEpsilonMilli; // GRPO clip epsilon x 1000
     uint32 clipDeltaMilli; // GRPO negative-advantage ratio cap x 1000
-    uint64 leaseDuration; // seconds a worker has to submit
-    uint64 voteWindow; // seconds validators have to reach quorum
-    uint64 challengeWindow; // seconds a decision can be challenged
-    uint64 resolveWindow; // seconds the arbiter has to resolve a challenge
+    uint64 leaseDuration; // seconds a worker has to draw its seed, generate and submit
+    uint64 voteWindow; // seconds a committee has to vote in each round
+    uint64 appealWindow; // seconds after a round's decision in which it can be appealed
     uint256 rewardPerSample; // wei paid per accepted completion
-    uint256 slashAmount; // wei slashed from a rejected worker or a losing validator
-    uint256 challengeBond; // wei a challenger posts
+    uint256 slashAmount; // wei locked from the worker's stake per open lease, taken in full if the lease is rejected
+    uint256 expiryFee; // wei taken from that collateral when a lease expires unsubmitted
+    uint256 voterSlash; // wei slashed from each voter on the losing side of the final outcome
+    uint256 absentPenalty; // wei taken from a drawn committee member who did not vote
+    uint256 appealBond; // wei the first appeal posts; each later round's bond doubles
 }
 
 /// @notice What jobs need of the node registry.
@@ -28,5 +31,12 @@ interface INodeRegistry {
     function factory() external view returns (address);
     function isActive(address node, uint8 role) external view returns (bool);
     function unbondingPeriod() external view returns (uint64);
-    function slash(address node, uint256 amount, address beneficiary, bytes32 reason) external returns (uint256);
+    function minWorkerStake() external view returns (uint256);
+    function minValidatorStake() external view returns (uint256);
+    function lockCollateral(address node, uint256 amount) external;
+    function releaseCollateral(address node, uint256 amount, uint256 taken, bytes32 reason) external returns (uint256);
+    function slash(address node, uint256 amount, bytes32 reason) external returns (uint256);
+    function weightsAt(address node, uint256 blockNumber) external view returns (uint256 weight, uint256 total);
+    function weightAt(address node, uint256 blockNumber) external view returns (uint256);
+    function totalValidatorWeightAt(uint256 blockNumber) external view returns (uint256);
 }

@@ -7,10 +7,24 @@ import {TrainingJob} from "./TrainingJob.sol";
 
 /// @title JobFactory
 /// @notice Requesters create training jobs here. Each job is a clone of one TrainingJob implementation,
-///         funded with the requester's budget in escrow, and only such jobs may slash in the registry.
-/// @dev Invariant: isJob[a] is true exactly for the clones this factory created; every job's timeline
-///      (lease + vote + challenge + resolve windows) is shorter than the registry's unbonding period.
+///         funded with the requester's budget in escrow, and only such jobs may lock and slash stake.
+/// @dev Invariants: isJob[a] is true exactly for the clones this factory created. Every job's spec passes
+///      `validateSpec`: positive bonds, fees and slashes, each slash capped at its role's minimum stake, and
+///      the timeline rule `timeline(spec) < registry.unbondingPeriod()`, stated once here, so a stake that
+///      starts unbonding after a committee's snapshot stays slashable until every round of that lease
+///      can have ended, plus a keeper margin of at least a day.
 contract JobFactory {
+    /// @notice Slack left to keepers after a lease's last possible round, inside the unbonding period.
+    uint64 public constant KEEPER_MARGIN = 1 days;
+    /// @notice Most appeal rounds a job may allow.
+    uint32 public constant MAX_APPEAL_ROUNDS = 3;
+    /// @notice Largest expected first-round committee.
+    uint32 public constant MAX_COMMITTEE = 64;
+    /// @notice Shortest vote and appeal windows: members must have time to verify, object and appeal.
+    uint64 public constant MIN_WINDOW = 60;
+    /// @notice The absent penalty is at most this fraction (1/n) of the voter slash: small and bounded.
+    uint256 public constant ABSENT_PENALTY_DIVISOR = 10;
+
     /// @notice The registry whose stake jobs check and slash.
     INodeRegistry public immutable registry;
     /// @notice The TrainingJob implementation every job clones.
@@ -37,7 +51,7 @@ contract JobFactory {
     /// @param spec The job's parameters.
     /// @return job The new job's address.
     function createJob(JobSpec calldata spec) external payable returns (address job) {
-        _validate(spec);
+        validateSpec(spec);
         uint256 cost = spec.rewardPerSample * spec.groupSize * spec.tasksPerLease;
         if (msg.value < cost) revert BudgetTooSmall(msg.value, cost);
         job = Clones.clone(implementation);
@@ -53,20 +67,42 @@ contract JobFactory {
         return jobs.length;
     }
 
-    function _validate(JobSpec calldata s) internal view {
+    /// @notice The longest a lease's stake can stay at risk after its committee's snapshot, plus the keeper
+    ///         margin: lease + every round's vote window + every appeal window + KEEPER_MARGIN.
+    /// @param s The spec.
+    /// @return Seconds; must be less than the registry's unbonding period.
+    function timeline(JobSpec calldata s) public pure returns (uint256) {
+        uint256 rounds = uint256(s.appealRounds) + 1;
+        return uint256(s.leaseDuration) + rounds * s.voteWindow + (rounds - 1) * s.appealWindow + KEEPER_MARGIN;
+    }
+
+    /// @notice Revert with the first invalid field of `s` (InvalidSpec or TimelineTooLong); a view, so a
+    ///         client can check a spec before sending it.
+    /// @param s The spec.
+    function validateSpec(JobSpec calldata s) public view {
         if (s.trainer == address(0)) revert InvalidSpec("trainer");
         if (s.groupSize == 0) revert InvalidSpec("groupSize");
         if (s.tasksPerLease == 0) revert InvalidSpec("tasksPerLease");
-        if (s.quorum == 0) revert InvalidSpec("quorum");
-        if (s.rewardPerSample == 0) revert InvalidSpec("rewardPerSample");
-        if (s.leaseDuration == 0) revert InvalidSpec("leaseDuration");
-        if (s.voteWindow == 0) revert InvalidSpec("voteWindow");
-        if (s.challengeWindow == 0) revert InvalidSpec("challengeWindow");
-        if (s.resolveWindow == 0) revert InvalidSpec("resolveWindow");
+        if (s.committeeSize == 0 || s.committeeSize > MAX_COMMITTEE) revert InvalidSpec("committeeSize");
+        if (s.appealRounds == 0 || s.appealRounds > MAX_APPEAL_ROUNDS) revert InvalidSpec("appealRounds");
         if (s.clipEpsilonMilli == 0 || s.clipEpsilonMilli >= 1000) revert InvalidSpec("clipEpsilonMilli");
         if (s.clipDeltaMilli <= 1000) revert InvalidSpec("clipDeltaMilli");
-        uint256 timeline = uint256(s.leaseDuration) + s.voteWindow + s.challengeWindow + s.resolveWindow;
+        if (s.leaseDuration == 0) revert InvalidSpec("leaseDuration");
+        if (s.voteWindow < MIN_WINDOW) revert InvalidSpec("voteWindow");
+        if (s.appealWindow < MIN_WINDOW) revert InvalidSpec("appealWindow");
+        if (s.rewardPerSample == 0 || s.rewardPerSample > type(uint128).max / (uint256(s.groupSize) * s.tasksPerLease))
+        {
+            revert InvalidSpec("rewardPerSample");
+        }
+        if (s.slashAmount == 0 || s.slashAmount > registry.minWorkerStake()) revert InvalidSpec("slashAmount");
+        if (s.expiryFee == 0 || s.expiryFee > s.slashAmount) revert InvalidSpec("expiryFee");
+        if (s.voterSlash == 0 || s.voterSlash > registry.minValidatorStake()) revert InvalidSpec("voterSlash");
+        if (s.absentPenalty == 0 || s.absentPenalty > s.voterSlash / ABSENT_PENALTY_DIVISOR) {
+            revert InvalidSpec("absentPenalty");
+        }
+        if (s.appealBond == 0 || s.appealBond > type(uint128).max) revert InvalidSpec("appealBond");
+        uint256 t = timeline(s);
         uint64 unbonding = registry.unbondingPeriod();
-        if (timeline >= unbonding) revert TimelineTooLong(timeline, unbonding);
+        if (t >= unbonding) revert TimelineTooLong(t, unbonding);
     }
 }

@@ -1,55 +1,99 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.30;
 
+import {Initializable} from "@openzeppelin/contracts/proxy/utils/Initializable.sol";
+import {Address} from "@openzeppelin/contracts/utils/Address.sol";
+import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {INodeRegistry, JobSpec} from "./Interfaces.sol";
 
 /// @title TrainingJob
-/// @notice One RL post-training job: the requester's escrow, the task queue (leases of
-///         `tasksPerLease` tasks), the policy clock, validator attestations, challenges and pull payments.
+/// @notice One RL post-training job: the requester's escrow, the task queue (leases of `tasksPerLease`
+///         tasks, each backed by the worker's locked collateral), the policy clock, stake-weighted validator
+///         committees with escalating appeals, and pull payments. Nobody decides an outcome alone: there is
+///         no arbiter, and the requester and trainer have no power over outcomes.
 /// @dev Deployed as an EIP-1167 clone by JobFactory and initialised once.
-///      Invariant: address(this).balance == escrow + totalOwed + bondsHeld, and reserved <= escrow.
-///      A lease moves Leased -> Submitted -> Accepted|Rejected [-> Challenged] -> Paid|Slashed,
-///      or Leased -> Returned (lease expired) or Submitted -> Lapsed (no quorum in the vote window).
-///      A validator that voted on a lease cannot challenge it.
-contract TrainingJob {
+///      Value: address(this).balance == escrow + totalOwed + bondsHeld + poolHeld + burned, and
+///      reserved <= escrow. `burned` wei stay in this contract forever: no function moves them.
+///      A lease moves Leased -> Voting (round 0) -> Decided [-> Voting (appeal round r+1) -> Decided]... ->
+///      Paid | Slashed | Lapsed, or Leased -> Returned (expired: the expiry fee is burned).
+///      Randomness: a lease's prompt seed is the hash of its claim block, drawn in a later transaction, so
+///      the claiming transaction cannot know it; a round's committee seed is the hash of the round's start
+///      block and its stakes are those at the end of the block before, so neither the worker nor any
+///      validator knew either at submit or appeal time.
+///      Committee of round r (self-selection, O(1) per vote): validator v with snapshot weight w (of total W)
+///      sits on it with probability min(1, k_r * w / W), k_r = committeeSize * 2^r, and votes with weight
+///      max(w, W / k_r), so each side's weight estimates the stake behind it; the final round
+///      (r == appealRounds) seats every validator with its own weight. A round is decided as soon as one side
+///      holds more than half of W, else at its vote deadline by the larger side (a tie or no votes: Void).
+///      The final outcome slashes the worker (if rejected) and every voter who voted against it in any round;
+///      lost appeal bonds, those slashes and absent members' penalties go, less BURN_BPS burned, to the
+///      winners: winning appellants share APPELLANT_BPS of it and winning voters the rest by vote weight.
+///      Nothing is pushed to a participant; the only external contract called is the registry, which calls
+///      back only `receive()`.
+contract TrainingJob is Initializable {
     enum Status {
         None,
         Leased,
-        Submitted,
-        Accepted,
-        Rejected,
-        Challenged,
+        Voting,
+        Decided,
         Paid,
         Slashed,
         Returned,
         Lapsed
     }
 
+    enum Outcome {
+        Pending,
+        Accept,
+        Reject,
+        Void
+    }
+
     struct Lease {
         address worker;
-        uint64 deadline; // lease expiry, then vote deadline, then challenge deadline
         Status status;
+        Outcome outcome; // the current round's decision (Pending while its votes are open)
+        uint8 round;
         uint64 firstTask;
-        uint64 policyVersion;
-        uint32 acceptVotes;
-        uint32 rejectVotes;
-        bytes32 seed;
+        uint64 deadline; // lease expiry, then the current round's vote deadline, then its appeal deadline
+        uint64 policyVersion; // the clock at the claim, then the version the batch was generated with
+        uint64 anchorBlock; // the claim block (its hash seeds the prompts), then the submission block (round 0's start)
+        bytes32 seed; // prompt seed (zero until drawn)
         bytes32 root;
     }
 
-    struct Challenge {
-        address challenger;
-        uint64 deadline;
-        bool originalAccepted;
-        bool overturned;
-        bool resolved;
+    struct Round {
+        uint96 acceptWeight;
+        uint96 rejectWeight;
+        uint64 startBlock; // rounds >= 1; round 0 starts at the lease's anchorBlock after submission
+        bytes20 seed; // committee seed (zero until drawn)
+        uint96 totalWeight; // all validators' weight at the end of the block before startBlock
     }
 
-    uint8 internal constant VOTE_ACCEPT = 1;
-    uint8 internal constant VOTE_REJECT = 2;
-    uint8 internal constant VOTE_SLASHED = 3;
+    struct Dispute {
+        uint128 pending; // wei received for the lease before its final outcome
+        uint128 voterPool; // winning voters' part, accumulated
+        uint128 appellantPool; // winning appellants' part, accumulated
+    }
+
     uint8 internal constant ROLE_WORKER = 1;
     uint8 internal constant ROLE_VALIDATOR = 2;
+    uint256 internal constant VOTE_ACCEPT = 1;
+    uint256 internal constant VOTE_REJECT = 2;
+    uint256 internal constant ABSENT_BITS = 8; // ballot bit 8 + r: penalized as absent in round r
+    uint256 internal constant LOSER_BIT = 1 << 16; // ballot bit: slashed for voting against the final outcome
+    /// @notice Basis points of every slash, fee and lost bond that is burned.
+    uint256 public constant BURN_BPS = 1000;
+    /// @notice Basis points of the rest that winning appellants share (when any won).
+    uint256 public constant APPELLANT_BPS = 2500;
+    uint256 internal constant BPS = 10_000;
+
+    enum Refusal {
+        None,
+        NotOpen,
+        AlreadyVoted,
+        NotMember
+    }
 
     JobSpec internal _spec;
     INodeRegistry public registry;
@@ -62,8 +106,12 @@ contract TrainingJob {
     uint256 public reserved;
     /// @notice Sum of `owed` over all accounts.
     uint256 public totalOwed;
-    /// @notice Challenge bonds currently held.
+    /// @notice Appeal bonds currently held.
     uint256 public bondsHeld;
+    /// @notice Wei held for lease disputes: received before a final outcome, or winners' unclaimed shares.
+    uint256 public poolHeld;
+    /// @notice Wei burned (held here forever).
+    uint256 public burned;
     /// @notice Pull payments waiting for `withdrawPayment`.
     mapping(address => uint256) public owed;
 
@@ -76,74 +124,114 @@ contract TrainingJob {
     uint64[] internal returnedTasks;
     uint256 public leaseCount;
     mapping(uint256 => Lease) internal leases;
-    mapping(uint256 => Challenge) public challenges;
-    mapping(uint256 => mapping(address => uint8)) public votes;
+    mapping(uint256 => mapping(uint256 => Round)) internal rounds;
+    mapping(uint256 => Dispute) public disputes;
+    /// @notice lease => voter => ballot bits: 2 bits per round (1 accept, 2 reject), absent and loser flags.
+    mapping(uint256 => mapping(address => uint256)) public ballots;
+    /// @notice lease => round (>= 1) => who appealed into it.
+    mapping(uint256 => mapping(uint256 => address)) public appellants;
+    /// @notice lease => account => dispute rewards already credited.
+    mapping(uint256 => mapping(address => uint256)) public rewardClaimed;
+    /// @notice Block at which a validator enlisted in this job (0: never); only enlisted validators answer
+    ///         for absence, so no job can penalize validators that never agreed to follow it.
+    mapping(address => uint64) public enlistedAt;
+    /// @notice Block at which an enlisted validator left (0: still enlisted); leaving is final.
+    mapping(address => uint64) public delistedAt;
 
-    error AlreadyInitialized();
     error NotFactory();
     error NotTrainer();
     error NotRequester();
-    error NotArbiter();
     error NotLeaseHolder();
     error NotActive(address account, uint8 role);
     error JobClosed();
     error InsufficientEscrow(uint256 available, uint256 needed);
-    error VersionNotIncreasing(uint64 current, uint64 proposed);
+    error VersionNotNext(uint64 current, uint64 proposed);
+    error EmptyRoot();
     error WrongStatus(uint256 leaseId, Status status);
     error LeaseExpired(uint256 leaseId, uint64 expiredAt);
     error DeadlineNotReached(uint256 leaseId, uint64 deadline);
     error DeadlinePassed(uint256 leaseId, uint64 deadline);
     error StalePolicy(uint64 version, uint64 current, uint64 maxStaleness);
-    error FuturePolicy(uint64 version, uint64 current);
+    error UnpublishedPolicy(uint64 version, uint64 current);
+    error SeedNotDrawn(uint256 leaseId);
+    error SeedAlreadyDrawn(uint256 leaseId);
+    error RandomnessNotReady(uint256 blockNumber);
+    error RandomnessExpired(uint256 blockNumber);
     error AlreadyVoted(uint256 leaseId, address validator);
-    error WorkerCannotVote();
+    error NotInCommittee(uint256 leaseId, uint256 round, address validator);
+    error FinalRound(uint256 leaseId);
     error WrongBond(uint256 expected, uint256 provided);
-    error NotSlashable(uint256 leaseId, address validator);
+    error NotSettled(uint256 leaseId);
+    error NotSlashable(uint256 leaseId, address voter);
+    error NotAbsent(uint256 leaseId, uint256 round, address member);
+    error RoundOpen(uint256 leaseId, uint256 round);
     error NothingOwed();
     error LengthMismatch();
     error UnexpectedPayment();
-    error TransferFailed();
     error UnknownLease(uint256 leaseId);
-    error VoterCannotChallenge(uint256 leaseId, address validator);
+    error AlreadyEnlisted(address validator);
+    error NotEnlisted(address validator);
 
     event Initialized(address indexed requester, uint256 budget);
     event PolicyPublished(uint64 indexed version, bytes32 root);
-    event TaskClaimed(uint256 indexed leaseId, address indexed worker, uint64 firstTask, uint32 count, bytes32 seed, uint64 expiresAt);
-    event LeaseReturned(uint256 indexed leaseId, address indexed worker, uint64 firstTask);
-    event BatchSubmitted(uint256 indexed leaseId, address indexed worker, bytes32 root, uint64 policyVersion, uint64 voteDeadline);
-    event Attested(uint256 indexed leaseId, address indexed validator, bool accept);
-    event AttestationSkipped(uint256 indexed leaseId, address indexed validator, Status status);
-    event Decided(uint256 indexed leaseId, bool accepted, uint64 challengeDeadline);
-    event Lapsed(uint256 indexed leaseId);
-    event Challenged(uint256 indexed leaseId, address indexed challenger, uint256 bond, uint64 resolveDeadline);
-    event ChallengeResolved(uint256 indexed leaseId, bool accepted, bool overturned);
-    event Settled(uint256 indexed leaseId, address indexed worker, bool accepted, uint256 amount);
-    event VoterSlashed(uint256 indexed leaseId, address indexed validator, uint256 amount);
+    event TaskClaimed(
+        uint256 indexed leaseId,
+        address indexed worker,
+        uint64 firstTask,
+        uint32 count,
+        uint64 seedBlock,
+        uint64 expiresAt
+    );
+    event SeedDrawn(uint256 indexed leaseId, bytes32 seed);
+    event LeaseReturned(uint256 indexed leaseId, address indexed worker, uint64 firstTask, uint256 fee);
+    event BatchSubmitted(
+        uint256 indexed leaseId, address indexed worker, bytes32 root, uint64 policyVersion, uint64 voteDeadline
+    );
+    event CommitteeDrawn(uint256 indexed leaseId, uint256 round, bytes20 seed, uint256 totalWeight);
+    event Voted(uint256 indexed leaseId, uint256 round, address indexed validator, bool accept, uint256 weight);
+    event VoteSkipped(uint256 indexed leaseId, address indexed validator, Refusal reason);
+    event RoundDecided(uint256 indexed leaseId, uint256 round, Outcome outcome, uint64 appealDeadline);
+    event Appealed(
+        uint256 indexed leaseId, uint256 round, address indexed appellant, uint256 bond, uint64 voteDeadline
+    );
+    event Settled(uint256 indexed leaseId, address indexed worker, Outcome outcome, uint256 paid);
+    event BondRefunded(uint256 indexed leaseId, address indexed appellant, uint256 amount);
+    event LoserSlashed(uint256 indexed leaseId, address indexed voter, uint256 amount);
+    event AbsentPenalized(uint256 indexed leaseId, uint256 round, address indexed member, uint256 amount);
+    event PoolReceived(uint256 indexed leaseId, uint256 toVoters, uint256 toAppellants, uint256 burned);
+    event PendingReceived(uint256 indexed leaseId, uint256 amount);
+    event RewardClaimed(uint256 indexed leaseId, address indexed account, uint256 amount);
+    event FeeBurned(uint256 indexed leaseId, uint256 amount);
+    event Enlisted(address indexed validator);
+    event Delisted(address indexed validator);
     event PaymentWithdrawn(address indexed account, uint256 amount);
-    event SlashReceived(uint256 amount);
     event JobClosedEvent(uint256 refunded);
     event EscrowRefunded(address indexed requester, uint256 amount);
 
-    /// @dev The implementation itself is locked: only clones (which skip this constructor) can be initialised.
+    /// @dev The implementation itself is locked: only clones can be initialised.
     constructor() {
-        registry = INodeRegistry(address(1));
+        _disableInitializers();
     }
 
     /// @notice Initialise a freshly cloned job. Called once by the factory in the same transaction.
     /// @param spec_ The job's parameters (validated by the factory).
     /// @param requester_ Who created and funds the job.
-    /// @param registry_ The node registry used for stake checks and slashing.
-    function initialize(JobSpec calldata spec_, address requester_, INodeRegistry registry_) external payable {
-        if (address(registry) != address(0)) revert AlreadyInitialized();
-        registry = registry_;
+    /// @param registry_ The node registry used for stake, collateral, committees and slashing.
+    function initialize(JobSpec calldata spec_, address requester_, INodeRegistry registry_)
+        external
+        payable
+        initializer
+    {
         if (msg.sender != registry_.factory()) revert NotFactory();
+        registry = registry_;
         _spec = spec_;
-        if (_spec.arbiter == address(0)) _spec.arbiter = requester_;
         requester = requester_;
         escrow = msg.value;
         policyRoot[0] = spec_.modelHash;
         emit Initialized(requester_, msg.value);
     }
+
+    // ------------------------------------------------------------------ views
 
     /// @notice The job's parameters.
     /// @return The spec.
@@ -164,14 +252,71 @@ contract TrainingJob {
         return leases[leaseId];
     }
 
+    /// @notice One round of a lease: its weights, seed and total, start block and appellant.
+    /// @param leaseId The lease.
+    /// @param round The round.
+    /// @return r The round's record (startBlock filled in for round 0).
+    /// @return appellant Who appealed into it (zero for round 0).
+    function getRound(uint256 leaseId, uint256 round) external view returns (Round memory r, address appellant) {
+        r = rounds[leaseId][round];
+        if (round == 0) r.startBlock = leases[leaseId].anchorBlock;
+        appellant = appellants[leaseId][round];
+    }
+
+    /// @notice The expected committee size of a round (type(uint256).max for the final round: everyone).
+    /// @param round The round.
+    /// @return k.
+    function committeeSizeOf(uint256 round) public view returns (uint256) {
+        if (round >= _spec.appealRounds) return type(uint256).max;
+        return uint256(_spec.committeeSize) << round;
+    }
+
+    /// @notice The bond that appealing into `round` (>= 1) posts: appealBond * 2^(round - 1).
+    /// @param round The round the appeal opens.
+    /// @return Wei.
+    function appealBondFor(uint256 round) public view returns (uint256) {
+        return _spec.appealBond << (round - 1);
+    }
+
+    /// @notice The vote weight `member` would have in a round's committee (0: not a member, or the round's
+    ///         seed is not known yet or no longer recoverable).
+    /// @param leaseId The lease.
+    /// @param round The round.
+    /// @param member The validator.
+    /// @return The weight.
+    function memberWeight(uint256 leaseId, uint256 round, address member) external view returns (uint256) {
+        Lease storage l = leases[leaseId];
+        if (!_submitted(l) || round > l.round) return 0;
+        Round storage rd = rounds[leaseId][round];
+        uint256 start = _roundStart(leaseId, l, round);
+        bytes20 seed = rd.seed;
+        uint256 total = rd.totalWeight;
+        if (seed == 0) {
+            if (block.number <= start || blockhash(start) == 0) return 0;
+            seed = _committeeSeed(blockhash(start), leaseId, round);
+            total = registry.totalValidatorWeightAt(start - 1);
+        }
+        return _memberWeight(leaseId, l.worker, round, member, Draw(seed, total, start));
+    }
+
+    /// @notice The current round's outcome, counting a vote window that has passed as closed.
+    /// @param leaseId The lease.
+    /// @return The outcome (Pending while votes are open).
+    function outcomeOf(uint256 leaseId) external view returns (Outcome) {
+        Lease storage l = leases[leaseId];
+        if (l.status == Status.Voting && block.timestamp > l.deadline) return _roundOutcome(leaseId, l.round);
+        return l.outcome;
+    }
+
     // ------------------------------------------------------------------ policy clock
 
-    /// @notice Publish a new policy version; the job's clock. Trainer only, strictly increasing.
+    /// @notice Publish the next policy version; the job's clock. Trainer only, exactly current + 1.
     /// @param version The new version number.
     /// @param root The content root of the version's weights.
     function publishPolicy(uint64 version, bytes32 root) external {
         if (msg.sender != _spec.trainer) revert NotTrainer();
-        if (version <= currentVersion) revert VersionNotIncreasing(currentVersion, version);
+        if (version != currentVersion + 1) revert VersionNotNext(currentVersion, version);
+        if (root == 0) revert EmptyRoot();
         currentVersion = version;
         policyRoot[version] = root;
         emit PolicyPublished(version, root);
@@ -179,12 +324,12 @@ contract TrainingJob {
 
     // ------------------------------------------------------------------ task queue
 
-    /// @notice Lease the next `tasksPerLease` tasks. Their prompt seed comes from block randomness now,
-    ///         so the worker cannot pick prompts. Reserves the lease's pay from escrow.
+    /// @notice Lease the next `tasksPerLease` tasks, locking `slashAmount` of the caller's free stake as
+    ///         collateral and reserving the lease's pay from escrow. The prompt seed is the hash of this
+    ///         block, drawn by `drawSeed` in a later block, so this transaction cannot know its prompts.
     /// @return leaseId The new lease.
     function claim() external returns (uint256 leaseId) {
         if (closed) revert JobClosed();
-        _requireActive(msg.sender, ROLE_WORKER);
         uint256 cost = leaseCost();
         uint256 available = escrow - reserved;
         if (available < cost) revert InsufficientEscrow(available, cost);
@@ -200,18 +345,32 @@ contract TrainingJob {
         }
         reserved += cost;
         leaseId = ++leaseCount;
-        bytes32 seed = keccak256(abi.encode(block.prevrandao, blockhash(block.number - 1), address(this), leaseId));
         uint64 expiresAt = uint64(block.timestamp) + _spec.leaseDuration;
         Lease storage l = leases[leaseId];
         l.worker = msg.sender;
-        l.deadline = expiresAt;
         l.status = Status.Leased;
         l.firstTask = first;
-        l.seed = seed;
-        emit TaskClaimed(leaseId, msg.sender, first, _spec.tasksPerLease, seed, expiresAt);
+        l.deadline = expiresAt;
+        l.policyVersion = currentVersion;
+        l.anchorBlock = uint64(block.number);
+        emit TaskClaimed(leaseId, msg.sender, first, _spec.tasksPerLease, uint64(block.number), expiresAt);
+        registry.lockCollateral(msg.sender, _spec.slashAmount); // reverts unless an active worker's free stake covers it
     }
 
-    /// @notice Return an expired, unsubmitted lease's tasks to the queue and release its reservation.
+    /// @notice Fix a lease's prompt seed from its claim block's hash. Anyone may call it, from the next
+    ///         block on and within 256 blocks; a lease whose seed was never drawn can only expire.
+    /// @param leaseId The lease.
+    function drawSeed(uint256 leaseId) external {
+        Lease storage l = _lease(leaseId);
+        if (l.status != Status.Leased) revert WrongStatus(leaseId, l.status);
+        if (l.seed != 0) revert SeedAlreadyDrawn(leaseId);
+        bytes32 seed = keccak256(abi.encode(_pastBlockHash(l.anchorBlock), address(this), leaseId));
+        l.seed = seed;
+        emit SeedDrawn(leaseId, seed);
+    }
+
+    /// @notice Return an expired, unsubmitted lease's tasks to the queue, release its reservation and its
+    ///         collateral, less the expiry fee (burned).
     /// @param leaseId The expired lease.
     function reclaim(uint256 leaseId) external {
         Lease storage l = _lease(leaseId);
@@ -220,11 +379,16 @@ contract TrainingJob {
         l.status = Status.Returned;
         reserved -= leaseCost();
         returnedTasks.push(l.firstTask);
-        emit LeaseReturned(leaseId, l.worker, l.firstTask);
+        emit LeaseReturned(leaseId, l.worker, l.firstTask, _spec.expiryFee);
+        uint256 fee = registry.releaseCollateral(l.worker, _spec.slashAmount, _spec.expiryFee, "lease-expired");
+        burned += fee; // the registry sent `fee` (less only if slashes already reached the collateral)
+        emit FeeBurned(leaseId, fee);
     }
 
-    /// @notice Submit a lease's rollout batch: one Merkle root over all its samples, and the policy
-    ///         version it was generated with (at most `maxStaleness` versions old).
+    /// @notice Submit a lease's rollout batch: one Merkle root over all its samples, and the published
+    ///         policy version it was generated with: at most `maxStaleness` versions old, or at least the
+    ///         version current at the claim (so a trainer publishing fast cannot make leases in flight fail).
+    ///         Opens round 0.
     /// @param leaseId The caller's lease.
     /// @param root Merkle root of the rollout batch.
     /// @param policyVersion The policy version the rollouts were sampled with.
@@ -233,150 +397,220 @@ contract TrainingJob {
         if (l.worker != msg.sender) revert NotLeaseHolder();
         if (l.status != Status.Leased) revert WrongStatus(leaseId, l.status);
         if (block.timestamp > l.deadline) revert LeaseExpired(leaseId, l.deadline);
+        if (l.seed == 0) revert SeedNotDrawn(leaseId);
+        if (root == 0) revert EmptyRoot();
         uint64 current = currentVersion;
-        if (policyVersion > current) revert FuturePolicy(policyVersion, current);
-        if (current - policyVersion > _spec.maxStaleness) {
+        if (policyVersion > current) revert UnpublishedPolicy(policyVersion, current);
+        if (current - policyVersion > _spec.maxStaleness && policyVersion < l.policyVersion) {
             revert StalePolicy(policyVersion, current, _spec.maxStaleness);
         }
-        _requireActive(msg.sender, ROLE_WORKER);
         uint64 voteDeadline = uint64(block.timestamp) + _spec.voteWindow;
-        l.status = Status.Submitted;
+        l.status = Status.Voting;
         l.root = root;
         l.policyVersion = policyVersion;
+        l.anchorBlock = uint64(block.number);
         l.deadline = voteDeadline;
         emit BatchSubmitted(leaseId, msg.sender, root, policyVersion, voteDeadline);
     }
 
-    // ------------------------------------------------------------------ validation
+    // ------------------------------------------------------------------ committees
 
-    /// @notice Vote on a submitted batch. At `quorum` matching votes the batch is decided.
-    /// @param leaseId The submitted lease.
-    /// @param accept True to accept, false to reject.
-    function attest(uint256 leaseId, bool accept) external {
-        _requireActive(msg.sender, ROLE_VALIDATOR);
-        Lease storage l = _lease(leaseId);
-        if (l.status != Status.Submitted) revert WrongStatus(leaseId, l.status);
-        _vote(leaseId, l, accept);
+    /// @notice Enlist the caller, an active validator, to follow this job: from the next block on it answers
+    ///         for absence from the committees it is drawn for (any validator may vote where drawn).
+    function enlist() external {
+        if (enlistedAt[msg.sender] != 0) revert AlreadyEnlisted(msg.sender);
+        if (!registry.isActive(msg.sender, ROLE_VALIDATOR)) revert NotActive(msg.sender, ROLE_VALIDATOR);
+        enlistedAt[msg.sender] = uint64(block.number);
+        emit Enlisted(msg.sender);
     }
 
-    /// @notice Vote on many batches in one transaction. Batches no longer open for votes (decided by
-    ///         other validators, or past their deadline) are skipped with an event instead of reverting.
+    /// @notice Stop following this job: rounds starting after this block no longer count the caller absent
+    ///         (rounds already started still do). Final: the address cannot enlist again.
+    function delist() external {
+        if (enlistedAt[msg.sender] == 0 || delistedAt[msg.sender] != 0) revert NotEnlisted(msg.sender);
+        delistedAt[msg.sender] = uint64(block.number);
+        emit Delisted(msg.sender);
+    }
+
+    /// @notice Whether `validator` was enlisted when a round starting at `startBlock` took its snapshot.
+    /// @param validator The validator.
+    /// @param startBlock The round's start block.
+    /// @return True if enlisted before the start block and not delisted before it.
+    function enlistedFor(address validator, uint256 startBlock) public view returns (bool) {
+        uint256 since = enlistedAt[validator];
+        uint256 left = delistedAt[validator];
+        return since != 0 && since < startBlock && (left == 0 || left >= startBlock);
+    }
+
+    /// @notice Fix the current round's committee (seed and total weight) from its start block's hash.
+    ///         Votes do this themselves; anyone may call it so the randomness is not lost after 256 blocks.
+    /// @param leaseId The lease.
+    function drawCommittee(uint256 leaseId) external {
+        Lease storage l = _lease(leaseId);
+        if (l.status != Status.Voting) revert WrongStatus(leaseId, l.status);
+        (bool ready, uint256 start) = _drawRound(leaseId, l, l.round);
+        if (!ready) {
+            if (block.number <= start) revert RandomnessNotReady(start);
+            revert RandomnessExpired(start);
+        }
+    }
+
+    /// @notice Vote on the current round of a lease, as a member of its committee.
+    /// @param leaseId The lease.
+    /// @param accept True to accept, false to reject.
+    function vote(uint256 leaseId, bool accept) external {
+        Lease storage l = _lease(leaseId);
+        Refusal refusal = _vote(leaseId, l, accept);
+        if (refusal == Refusal.NotOpen) {
+            if (l.status != Status.Voting) revert WrongStatus(leaseId, l.status);
+            revert DeadlinePassed(leaseId, l.deadline);
+        }
+        if (refusal == Refusal.AlreadyVoted) revert AlreadyVoted(leaseId, msg.sender);
+        if (refusal == Refusal.NotMember) revert NotInCommittee(leaseId, l.round, msg.sender);
+    }
+
+    /// @notice Vote on many leases in one transaction; a lease where the vote cannot count (closed,
+    ///         already voted, not a member) is skipped with an event instead of reverting.
     /// @param leaseIds The leases.
     /// @param accepts One verdict per lease.
-    function attestBatch(uint256[] calldata leaseIds, bool[] calldata accepts) external {
+    function voteBatch(uint256[] calldata leaseIds, bool[] calldata accepts) external {
         if (leaseIds.length != accepts.length) revert LengthMismatch();
-        _requireActive(msg.sender, ROLE_VALIDATOR);
         for (uint256 i = 0; i < leaseIds.length; ++i) {
             uint256 id = leaseIds[i];
-            Lease storage l = _lease(id);
-            if (l.status != Status.Submitted || block.timestamp > l.deadline || votes[id][msg.sender] != 0) {
-                emit AttestationSkipped(id, msg.sender, l.status);
-                continue;
-            }
-            _vote(id, l, accepts[i]);
+            Refusal refusal = _vote(id, _lease(id), accepts[i]);
+            if (refusal != Refusal.None) emit VoteSkipped(id, msg.sender, refusal);
         }
     }
 
-    /// @notice Close a submitted batch that did not reach quorum within the vote window: no pay, no slash.
+    /// @notice Appeal the current round's decision (or a vote window that closed) with the round's bond.
+    ///         Any active worker or validator may; the next round's committee is larger and drawn afresh.
     /// @param leaseId The lease.
-    function lapse(uint256 leaseId) external {
+    function appeal(uint256 leaseId) external payable {
         Lease storage l = _lease(leaseId);
-        if (l.status != Status.Submitted) revert WrongStatus(leaseId, l.status);
-        if (block.timestamp <= l.deadline) revert DeadlineNotReached(leaseId, l.deadline);
-        l.status = Status.Lapsed;
-        reserved -= leaseCost();
-        emit Lapsed(leaseId);
-    }
-
-    /// @notice Dispute a decided batch within its challenge window by posting `challengeBond`.
-    ///         The arbiter resolves; validators on the losing side can then be slashed.
-    /// @param leaseId The decided lease.
-    function challenge(uint256 leaseId) external payable {
-        Lease storage l = _lease(leaseId);
-        if (l.status != Status.Accepted && l.status != Status.Rejected) revert WrongStatus(leaseId, l.status);
+        _closeIfDue(leaseId, l);
+        if (l.status != Status.Decided) revert WrongStatus(leaseId, l.status);
+        uint256 next = uint256(l.round) + 1;
+        if (next > _spec.appealRounds) revert FinalRound(leaseId);
         if (block.timestamp > l.deadline) revert DeadlinePassed(leaseId, l.deadline);
-        if (msg.value != _spec.challengeBond) revert WrongBond(_spec.challengeBond, msg.value);
-        // A voter could otherwise challenge its own decision and collect its own slash as the challenger.
-        if (votes[leaseId][msg.sender] != 0) revert VoterCannotChallenge(leaseId, msg.sender);
-        if (!registry.isActive(msg.sender, ROLE_WORKER) && !registry.isActive(msg.sender, ROLE_VALIDATOR)) {
+        uint256 bond = appealBondFor(next);
+        if (msg.value != bond) revert WrongBond(bond, msg.value);
+        if (!registry.isActive(msg.sender, ROLE_VALIDATOR) && !registry.isActive(msg.sender, ROLE_WORKER)) {
             revert NotActive(msg.sender, ROLE_WORKER | ROLE_VALIDATOR);
         }
-        bool originalAccepted = l.status == Status.Accepted;
-        uint64 resolveDeadline = uint64(block.timestamp) + _spec.resolveWindow;
-        l.status = Status.Challenged;
-        challenges[leaseId] = Challenge(msg.sender, resolveDeadline, originalAccepted, false, false);
-        bondsHeld += msg.value;
-        emit Challenged(leaseId, msg.sender, msg.value, resolveDeadline);
+        uint64 voteDeadline = uint64(block.timestamp) + _spec.voteWindow;
+        l.round = uint8(next);
+        l.status = Status.Voting;
+        l.outcome = Outcome.Pending;
+        l.deadline = voteDeadline;
+        rounds[leaseId][next].startBlock = uint64(block.number);
+        appellants[leaseId][next] = msg.sender;
+        bondsHeld += bond;
+        emit Appealed(leaseId, next, msg.sender, bond, voteDeadline);
     }
 
-    /// @notice The arbiter's final word on a challenged batch. If it overturns the decision the challenger
-    ///         gets the bond back; otherwise the bond goes to escrow. Then the batch settles.
-    /// @param leaseId The challenged lease.
-    /// @param accept The final outcome.
-    function resolve(uint256 leaseId, bool accept) external {
-        if (msg.sender != _spec.arbiter) revert NotArbiter();
-        Lease storage l = _lease(leaseId);
-        if (l.status != Status.Challenged) revert WrongStatus(leaseId, l.status);
-        Challenge storage c = challenges[leaseId];
-        if (block.timestamp > c.deadline) revert DeadlinePassed(leaseId, c.deadline);
-        bool overturned = accept != c.originalAccepted;
-        c.overturned = overturned;
-        c.resolved = true;
-        uint256 bond = _spec.challengeBond;
-        bondsHeld -= bond;
-        if (overturned) _credit(c.challenger, bond);
-        else escrow += bond;
-        emit ChallengeResolved(leaseId, accept, overturned);
-        _settle(leaseId, l, accept);
-    }
+    // ------------------------------------------------------------------ settlement
 
-    /// @notice Settle a decided batch after its challenge window (or an unresolved challenge after its
-    ///         resolve window, returning the bond): accepted pays the worker, rejected slashes them.
+    /// @notice Settle a lease once its outcome is final (the final round decided, or the appeal window of
+    ///         a decision passed): accepted pays the worker, rejected takes its collateral, void pays nobody;
+    ///         appeal bonds are refunded to winning appellants, lost ones go to the winners.
     /// @param leaseId The lease.
     function finalize(uint256 leaseId) external {
         Lease storage l = _lease(leaseId);
-        Status s = l.status;
-        if (s == Status.Accepted || s == Status.Rejected) {
-            if (block.timestamp <= l.deadline) revert DeadlineNotReached(leaseId, l.deadline);
-            _settle(leaseId, l, s == Status.Accepted);
-        } else if (s == Status.Challenged) {
-            Challenge storage c = challenges[leaseId];
-            if (block.timestamp <= c.deadline) revert DeadlineNotReached(leaseId, c.deadline);
-            c.resolved = true;
-            uint256 bond = _spec.challengeBond;
-            bondsHeld -= bond;
-            _credit(c.challenger, bond);
-            _settle(leaseId, l, c.originalAccepted);
-        } else {
-            revert WrongStatus(leaseId, s);
+        _closeIfDue(leaseId, l);
+        if (l.status != Status.Decided) revert WrongStatus(leaseId, l.status);
+        if (l.round < _spec.appealRounds && block.timestamp <= l.deadline) {
+            revert DeadlineNotReached(leaseId, l.deadline);
         }
+        _settle(leaseId, l);
     }
 
-    /// @notice After a challenge overturned a decision, slash a validator who voted for the losing side;
-    ///         the slashed stake goes to the challenger.
-    /// @param leaseId The overturned lease.
-    /// @param validator A validator who voted with the overturned decision.
-    function slashVoter(uint256 leaseId, address validator) external {
-        Challenge storage c = challenges[leaseId];
-        if (!c.resolved || !c.overturned) revert NotSlashable(leaseId, validator);
-        uint8 losingVote = c.originalAccepted ? VOTE_ACCEPT : VOTE_REJECT;
-        if (votes[leaseId][validator] != losingVote) revert NotSlashable(leaseId, validator);
-        votes[leaseId][validator] = VOTE_SLASHED;
-        uint256 taken = registry.slash(validator, _spec.slashAmount, c.challenger, "lost-challenge");
-        emit VoterSlashed(leaseId, validator, taken);
+    /// @notice Slash a voter who voted against a settled lease's final outcome in any round (once per lease);
+    ///         the wei go to the lease's winners.
+    /// @param leaseId The settled lease.
+    /// @param voter The losing voter.
+    function slashLoser(uint256 leaseId, address voter) external {
+        Lease storage l = _lease(leaseId);
+        if (!_settled(l)) revert NotSettled(leaseId);
+        uint256 ballot = ballots[leaseId][voter];
+        if (ballot & LOSER_BIT != 0 || !_votedAgainst(ballot, l.round, l.outcome)) {
+            revert NotSlashable(leaseId, voter);
+        }
+        ballots[leaseId][voter] = ballot | LOSER_BIT;
+        uint256 taken = registry.slash(voter, _spec.voterSlash, "lost-vote");
+        emit LoserSlashed(leaseId, voter, taken);
+        _receiveForLease(leaseId, l, taken);
+    }
+
+    /// @notice Penalize an enlisted committee member who did not vote in a round that ran to its deadline (a
+    ///         round decided early asks nothing more of its members); the wei go to the lease's winners.
+    /// @param leaseId The lease.
+    /// @param round The closed round.
+    /// @param member The absent member.
+    function penalizeAbsent(uint256 leaseId, uint256 round, address member) external {
+        Lease storage l = _lease(leaseId);
+        _closeIfDue(leaseId, l);
+        if (!_submitted(l) || round > l.round) revert WrongStatus(leaseId, l.status);
+        if (round == l.round && l.status == Status.Voting) revert RoundOpen(leaseId, round);
+        (bool ready,) = _drawRound(leaseId, l, round);
+        Round storage rd = rounds[leaseId][round];
+        uint256 leading = rd.acceptWeight > rd.rejectWeight ? rd.acceptWeight : rd.rejectWeight;
+        uint256 ballot = ballots[leaseId][member];
+        uint256 absentBit = 1 << (ABSENT_BITS + round);
+        if (!ready || 2 * leading > rd.totalWeight || (ballot >> (2 * round)) & 3 != 0 || ballot & absentBit != 0) {
+            revert NotAbsent(leaseId, round, member);
+        }
+        Draw memory draw = _storedDraw(leaseId, l, round);
+        if (!enlistedFor(member, draw.start)) revert NotEnlisted(member);
+        if (_memberWeight(leaseId, l.worker, round, member, draw) == 0) revert NotInCommittee(leaseId, round, member);
+        ballots[leaseId][member] = ballot | absentBit;
+        uint256 taken = registry.slash(member, _spec.absentPenalty, "absent");
+        emit AbsentPenalized(leaseId, round, member, taken);
+        _receiveForLease(leaseId, l, taken);
+    }
+
+    /// @notice Credit the caller's share of a settled lease's winnings (as a winning voter, by vote weight,
+    ///         and as a winning appellant); callable again as more losers are slashed.
+    /// @param leaseId The settled lease.
+    function claimReward(uint256 leaseId) external {
+        Lease storage l = _lease(leaseId);
+        if (!_settled(l)) revert NotSettled(leaseId);
+        uint256 entitled = rewardOf(leaseId, msg.sender);
+        uint256 already = rewardClaimed[leaseId][msg.sender];
+        if (entitled <= already) revert NothingOwed();
+        uint256 amount = entitled - already;
+        rewardClaimed[leaseId][msg.sender] = entitled;
+        poolHeld -= amount;
+        _credit(msg.sender, amount);
+        emit RewardClaimed(leaseId, msg.sender, amount);
+    }
+
+    /// @notice Everything `account` is entitled to from a settled lease's pools so far (claimed or not).
+    /// @param leaseId The lease.
+    /// @param account The winner.
+    /// @return entitled Wei.
+    function rewardOf(uint256 leaseId, address account) public view returns (uint256 entitled) {
+        Lease storage l = leases[leaseId];
+        if (!_settled(l)) return 0;
+        Dispute storage d = disputes[leaseId];
+        (uint256 winningWeight, uint256 winningAppellants) = _winners(leaseId, l);
+        if (winningWeight > 0 && d.voterPool > 0) {
+            entitled += uint256(d.voterPool) * _winningWeightOf(leaseId, l, account) / winningWeight;
+        }
+        if (winningAppellants > 0 && d.appellantPool > 0) {
+            entitled += uint256(d.appellantPool) * _appealsWonBy(leaseId, l, account) / winningAppellants;
+        }
     }
 
     // ------------------------------------------------------------------ money
 
-    /// @notice Withdraw everything owed to the caller (worker pay, returned bonds).
+    /// @notice Withdraw everything owed to the caller (worker pay, refunded bonds, rewards).
     function withdrawPayment() external {
         uint256 amount = owed[msg.sender];
         if (amount == 0) revert NothingOwed();
         owed[msg.sender] = 0;
         totalOwed -= amount;
         emit PaymentWithdrawn(msg.sender, amount);
-        (bool ok,) = msg.sender.call{value: amount}("");
-        if (!ok) revert TransferFailed();
+        Address.sendValue(payable(msg.sender), amount);
     }
 
     /// @notice Stop new claims and refund the unreserved escrow to the requester. Callable again later to
@@ -390,57 +624,238 @@ contract TrainingJob {
             emit JobClosedEvent(free);
         }
         emit EscrowRefunded(msg.sender, free);
-        if (free > 0) {
-            (bool ok,) = msg.sender.call{value: free}("");
-            if (!ok) revert TransferFailed();
-        }
+        if (free > 0) Address.sendValue(payable(msg.sender), free);
     }
 
-    /// @notice Receives slashed stake from the registry; it returns to escrow.
+    /// @notice Receives slashed stake from the registry; the caller that triggered the slash accounts for it.
     receive() external payable {
         if (msg.sender != address(registry)) revert UnexpectedPayment();
-        escrow += msg.value;
-        emit SlashReceived(msg.value);
     }
 
-    // ------------------------------------------------------------------ internals
+    // ------------------------------------------------------------------ internals: voting
 
-    function _vote(uint256 leaseId, Lease storage l, bool accept) internal {
-        if (block.timestamp > l.deadline) revert DeadlinePassed(leaseId, l.deadline);
-        if (msg.sender == l.worker) revert WorkerCannotVote();
-        if (votes[leaseId][msg.sender] != 0) revert AlreadyVoted(leaseId, msg.sender);
-        votes[leaseId][msg.sender] = accept ? VOTE_ACCEPT : VOTE_REJECT;
-        emit Attested(leaseId, msg.sender, accept);
-        uint32 quorum = _spec.quorum;
-        bool decided;
+    function _vote(uint256 leaseId, Lease storage l, bool accept) internal returns (Refusal) {
+        if (l.status != Status.Voting || block.timestamp > l.deadline) return Refusal.NotOpen;
+        uint256 r = l.round;
+        uint256 ballot = ballots[leaseId][msg.sender];
+        if ((ballot >> (2 * r)) & 3 != 0) return Refusal.AlreadyVoted;
+        (bool ready, uint256 start) = _drawRound(leaseId, l, r);
+        if (!ready) return Refusal.NotMember;
+        Round storage rd = rounds[leaseId][r];
+        uint256 total = rd.totalWeight;
+        uint256 weight = _memberWeight(leaseId, l.worker, r, msg.sender, Draw(rd.seed, total, start));
+        if (weight == 0) return Refusal.NotMember;
+        ballots[leaseId][msg.sender] = ballot | ((accept ? VOTE_ACCEPT : VOTE_REJECT) << (2 * r));
+        uint256 side;
         if (accept) {
-            decided = ++l.acceptVotes >= quorum;
+            side = rd.acceptWeight + weight;
+            rd.acceptWeight = SafeCast.toUint96(side);
         } else {
-            decided = ++l.rejectVotes >= quorum;
+            side = rd.rejectWeight + weight;
+            rd.rejectWeight = SafeCast.toUint96(side);
         }
-        if (decided) {
-            uint64 challengeDeadline = uint64(block.timestamp) + _spec.challengeWindow;
-            l.status = accept ? Status.Accepted : Status.Rejected;
-            l.deadline = challengeDeadline;
-            emit Decided(leaseId, accept, challengeDeadline);
+        emit Voted(leaseId, r, msg.sender, accept, weight);
+        if (2 * side > total) _decide(leaseId, l, accept ? Outcome.Accept : Outcome.Reject, uint64(block.timestamp));
+        return Refusal.None;
+    }
+
+    /// @dev Fix round r's seed and total weight if not yet fixed; false when its start block's hash is not
+    ///      available (too recent or older than 256 blocks).
+    function _drawRound(uint256 leaseId, Lease storage l, uint256 r) internal returns (bool ready, uint256 start) {
+        Round storage rd = rounds[leaseId][r];
+        start = _roundStart(leaseId, l, r);
+        if (rd.seed != 0) return (true, start);
+        if (block.number <= start || blockhash(start) == 0) return (false, start);
+        bytes20 seed = _committeeSeed(blockhash(start), leaseId, r);
+        uint256 total = registry.totalValidatorWeightAt(start - 1);
+        rd.seed = seed;
+        rd.totalWeight = SafeCast.toUint96(total);
+        emit CommitteeDrawn(leaseId, r, seed, total);
+        return (true, start);
+    }
+
+    function _committeeSeed(bytes32 blockHash, uint256 leaseId, uint256 r) internal view returns (bytes20 seed) {
+        seed = bytes20(keccak256(abi.encode(blockHash, address(this), leaseId, r)));
+        if (seed == 0) seed = bytes20(uint160(1));
+    }
+
+    /// @dev Round r's randomness and stake snapshot, as a voter's weight is computed from them.
+    struct Draw {
+        bytes20 seed;
+        uint256 total;
+        uint256 start;
+    }
+
+    function _storedDraw(uint256 leaseId, Lease storage l, uint256 r) internal view returns (Draw memory) {
+        Round storage rd = rounds[leaseId][r];
+        return Draw(rd.seed, rd.totalWeight, _roundStart(leaseId, l, r));
+    }
+
+    function _memberWeight(uint256 leaseId, address worker, uint256 r, address member, Draw memory draw)
+        internal
+        view
+        returns (uint256)
+    {
+        uint256 total = draw.total;
+        if (total == 0 || draw.seed == 0 || member == worker) return 0;
+        uint256 w = registry.weightAt(member, draw.start - 1);
+        if (w == 0) return 0;
+        uint256 k = committeeSizeOf(r);
+        if (k == type(uint256).max || k * w >= total) return w;
+        if (uint256(keccak256(abi.encode(draw.seed, leaseId, r, member))) % total < k * w) return total / k;
+        return 0;
+    }
+
+    function _roundStart(uint256 leaseId, Lease storage l, uint256 r) internal view returns (uint256) {
+        return r == 0 ? l.anchorBlock : rounds[leaseId][r].startBlock;
+    }
+
+    function _roundOutcome(uint256 leaseId, uint256 r) internal view returns (Outcome) {
+        Round storage rd = rounds[leaseId][r];
+        if (rd.acceptWeight > rd.rejectWeight) return Outcome.Accept;
+        if (rd.rejectWeight > rd.acceptWeight) return Outcome.Reject;
+        return Outcome.Void;
+    }
+
+    function _decide(uint256 leaseId, Lease storage l, Outcome outcome, uint64 from) internal {
+        uint64 appealDeadline = l.round < _spec.appealRounds ? from + _spec.appealWindow : from;
+        l.status = Status.Decided;
+        l.outcome = outcome;
+        l.deadline = appealDeadline;
+        emit RoundDecided(leaseId, l.round, outcome, appealDeadline);
+    }
+
+    /// @dev A round whose vote window passed is decided by its larger side, its appeal window counted from
+    ///      the vote deadline (so it does not matter when anyone notices).
+    function _closeIfDue(uint256 leaseId, Lease storage l) internal {
+        if (l.status == Status.Voting && block.timestamp > l.deadline) {
+            _decide(leaseId, l, _roundOutcome(leaseId, l.round), l.deadline);
         }
     }
 
-    function _settle(uint256 leaseId, Lease storage l, bool accepted) internal {
+    // ------------------------------------------------------------------ internals: settlement and pools
+
+    function _settle(uint256 leaseId, Lease storage l) internal {
+        Outcome outcome = l.outcome;
         uint256 cost = leaseCost();
-        reserved -= cost;
         address worker = l.worker;
-        if (accepted) {
+        reserved -= cost;
+        Dispute storage d = disputes[leaseId];
+        uint256 toWinners = d.pending;
+        d.pending = 0;
+        for (uint256 r = 1; r <= l.round; ++r) {
+            uint256 bond = appealBondFor(r);
+            bondsHeld -= bond;
+            if (_roundOutcome(leaseId, r - 1) != outcome) {
+                _credit(appellants[leaseId][r], bond);
+                emit BondRefunded(leaseId, appellants[leaseId][r], bond);
+            } else {
+                toWinners += bond;
+                poolHeld += bond;
+            }
+        }
+        bool rejected = outcome == Outcome.Reject;
+        if (outcome == Outcome.Accept) {
             l.status = Status.Paid;
             escrow -= cost;
             _credit(worker, cost);
-            emit Settled(leaseId, worker, true, cost);
-        } else {
+        } else if (rejected) {
             l.status = Status.Slashed;
-            emit Settled(leaseId, worker, false, 0);
-            // Effects are done; the registry sends the slashed stake back through receive().
-            registry.slash(worker, _spec.slashAmount, address(this), "rejected-batch");
+        } else {
+            l.status = Status.Lapsed;
         }
+        emit Settled(leaseId, worker, outcome, outcome == Outcome.Accept ? cost : 0);
+        // The registry is the one contract a job calls, and it calls back only receive(): the collateral it
+        // takes (all of it for a rejected batch, less only if slashes already reached it) goes to the winners.
+        uint256 taken = registry.releaseCollateral(
+            worker,
+            _spec.slashAmount,
+            rejected ? _spec.slashAmount : 0,
+            rejected ? bytes32("rejected-batch") : bytes32("lease-settled")
+        );
+        if (taken > 0) poolHeld += taken;
+        _distribute(leaseId, l, d, toWinners + taken);
+    }
+
+    /// @dev Wei the registry just sent for this lease (a loser's slash or an absent member's penalty).
+    function _receiveForLease(uint256 leaseId, Lease storage l, uint256 amount) internal {
+        if (amount == 0) return;
+        poolHeld += amount;
+        Dispute storage d = disputes[leaseId];
+        if (_settled(l)) {
+            _distribute(leaseId, l, d, amount);
+        } else {
+            d.pending += SafeCast.toUint128(amount);
+            emit PendingReceived(leaseId, amount);
+        }
+    }
+
+    /// @dev Split `amount` (already counted in poolHeld) between burn, winning appellants and winning voters;
+    ///      with nobody to pay, all of it is burned.
+    function _distribute(uint256 leaseId, Lease storage l, Dispute storage d, uint256 amount) internal {
+        if (amount == 0) return;
+        (uint256 winningWeight, uint256 winningAppellants) = _winners(leaseId, l);
+        uint256 burn = amount * BURN_BPS / BPS;
+        uint256 rest = amount - burn;
+        uint256 toAppellants;
+        if (winningAppellants > 0) toAppellants = winningWeight == 0 ? rest : rest * APPELLANT_BPS / BPS;
+        uint256 toVoters = winningWeight == 0 ? 0 : rest - toAppellants;
+        burn = amount - toAppellants - toVoters;
+        d.voterPool += SafeCast.toUint128(toVoters);
+        d.appellantPool += SafeCast.toUint128(toAppellants);
+        poolHeld -= burn;
+        burned += burn;
+        emit PoolReceived(leaseId, toVoters, toAppellants, burn);
+    }
+
+    /// @dev The winning side's total vote weight over every round, and how many appeals were won.
+    function _winners(uint256 leaseId, Lease storage l) internal view returns (uint256 weight, uint256 appeals) {
+        Outcome outcome = l.outcome;
+        if (outcome != Outcome.Accept && outcome != Outcome.Reject) return (0, 0);
+        for (uint256 r = 0; r <= l.round; ++r) {
+            Round storage rd = rounds[leaseId][r];
+            weight += outcome == Outcome.Accept ? rd.acceptWeight : rd.rejectWeight;
+            if (r > 0 && _roundOutcome(leaseId, r - 1) != outcome) ++appeals;
+        }
+    }
+
+    /// @dev `account`'s vote weight summed over the rounds where it voted with the final outcome.
+    function _winningWeightOf(uint256 leaseId, Lease storage l, address account) internal view returns (uint256 mine) {
+        uint256 code = l.outcome == Outcome.Accept ? VOTE_ACCEPT : VOTE_REJECT;
+        uint256 ballot = ballots[leaseId][account];
+        for (uint256 r = 0; r <= l.round; ++r) {
+            if ((ballot >> (2 * r)) & 3 == code) {
+                mine += _memberWeight(leaseId, l.worker, r, account, _storedDraw(leaseId, l, r));
+            }
+        }
+    }
+
+    /// @dev How many of the lease's appeals `account` made and won.
+    function _appealsWonBy(uint256 leaseId, Lease storage l, address account) internal view returns (uint256 won) {
+        for (uint256 r = 1; r <= l.round; ++r) {
+            if (appellants[leaseId][r] == account && _roundOutcome(leaseId, r - 1) != l.outcome) ++won;
+        }
+    }
+
+    function _votedAgainst(uint256 ballot, uint256 lastRound, Outcome outcome) internal pure returns (bool) {
+        if (outcome != Outcome.Accept && outcome != Outcome.Reject) return false;
+        uint256 winning = outcome == Outcome.Accept ? VOTE_ACCEPT : VOTE_REJECT;
+        for (uint256 r = 0; r <= lastRound; ++r) {
+            uint256 code = (ballot >> (2 * r)) & 3;
+            if (code != 0 && code != winning) return true;
+        }
+        return false;
+    }
+
+    /// @dev Whether the lease was submitted (and so has rounds): not unknown, still leased, or returned.
+    function _submitted(Lease storage l) internal view returns (bool) {
+        Status s = l.status;
+        return s != Status.None && s != Status.Leased && s != Status.Returned;
+    }
+
+    function _settled(Lease storage l) internal view returns (bool) {
+        Status s = l.status;
+        return s == Status.Paid || s == Status.Slashed || s == Status.Lapsed;
     }
 
     function _credit(address account, uint256 amount) internal {
@@ -448,8 +863,10 @@ contract TrainingJob {
         totalOwed += amount;
     }
 
-    function _requireActive(address account, uint8 role) internal view {
-        if (!registry.isActive(account, role)) revert NotActive(account, role);
+    function _pastBlockHash(uint256 blockNumber) internal view returns (bytes32 h) {
+        if (block.number <= blockNumber) revert RandomnessNotReady(blockNumber);
+        h = blockhash(blockNumber);
+        if (h == 0) revert RandomnessExpired(blockNumber);
     }
 
     function _lease(uint256 leaseId) internal view returns (Lease storage l) {

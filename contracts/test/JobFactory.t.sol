@@ -1,319 +1,473 @@
 // SPDX-License-Identifier: MIT
 pragma solidity 0.8.30;
 
-import {Fixture} from "./Fixture.sol";
+import {Helpers} from "./Helpers.sol";
+import {Clones} from "@openzeppelin/contracts/proxy/Clones.sol";
+import {Initializable} from "@openzeppelin/contracts/proxy/utils/Initializable.sol";
 import {NodeRegistry} from "../src/NodeRegistry.sol";
 import {JobFactory} from "../src/JobFactory.sol";
 import {TrainingJob} from "../src/TrainingJob.sol";
 import {INodeRegistry, JobSpec} from "../src/Interfaces.sol";
 
-/// @notice A registry stand-in that names any chosen address as its factory.
-contract FakeRegistry {
-    address public factory;
-
-    constructor(address f) {
-        factory = f;
-    }
-
-    function unbondingPeriod() external pure returns (uint64) {
-        return 7 days;
-    }
-}
-
 /// @title JobFactoryTest
-/// @notice createJob success and every validation failure; the job's one-shot initialisation.
-contract JobFactoryTest is Fixture {
+/// @notice createJob and validateSpec: every InvalidSpec field and its boundary, the slash caps at the
+///         registry minimums, the timeline rule's exact boundary, the budget, and the clone initializer.
+contract JobFactoryTest is Helpers {
     function setUp() public {
         _deploy();
+        vm.warp(1_700_000_000);
+        vm.roll(100);
+    }
+
+    function _invalid(string memory field) internal pure returns (bytes memory) {
+        return abi.encodeWithSelector(JobFactory.InvalidSpec.selector, field);
+    }
+
+    /// @dev `s` is refused with `err` both by the view and by createJob, and no job is created.
+    function _refused(JobSpec memory s, bytes memory err) internal {
+        vm.expectRevert(err);
+        factory.validateSpec(s);
+        uint256 n = factory.jobCount();
+        uint256 budget = 10 ether;
+        vm.expectRevert(err);
+        vm.prank(requester);
+        factory.createJob{value: budget}(s);
+        assertEq(factory.jobCount(), n, "no job created");
+    }
+
+    /// @dev `s` is accepted by the view and by createJob.
+    function _accepted(JobSpec memory s) internal returns (TrainingJob job) {
+        factory.validateSpec(s);
+        uint256 n = factory.jobCount();
+        job = _createJob(s, 10 ether);
+        assertEq(factory.jobCount(), n + 1, "job created");
+        assertTrue(factory.isJob(address(job)), "registered");
     }
 
     // ------------------------------------------------------------------ createJob
 
-    function test_createJob_escrowsMsgValueAndRegistersJob() public {
+    function test_createJob_escrowsBudgetAndRegistersClone() public {
         JobSpec memory s = _spec();
         uint256 budget = 5 ether;
-        vm.prank(requester);
-        address job = factory.createJob{value: budget}(s);
-        TrainingJob j = TrainingJob(payable(job));
-        assertTrue(factory.isJob(job), "isJob");
+        uint256 before = requester.balance;
+        TrainingJob job = _createJob(s, budget);
+        assertTrue(factory.isJob(address(job)), "isJob");
         assertEq(factory.jobCount(), 1, "jobCount");
-        assertEq(factory.jobs(0), job, "jobs[0]");
-        assertEq(j.escrow(), budget, "escrow == msg.value");
+        assertEq(factory.jobs(0), address(job), "jobs[0]");
+        assertEq(job.escrow(), budget, "escrow");
         assertEq(address(job).balance, budget, "balance");
-        assertEq(j.reserved(), 0, "reserved");
-        assertEq(j.requester(), requester, "requester");
-        assertEq(address(j.registry()), address(registry), "registry");
-        assertEq(j.policyRoot(0), s.modelHash, "version 0 is the base model");
-        assertEq(uint256(j.currentVersion()), 0, "currentVersion");
-        assertEq(j.leaseCost(), _cost(s), "leaseCost");
-        JobSpec memory got = j.spec();
-        assertEq(keccak256(abi.encode(got)), keccak256(abi.encode(s)), "spec stored verbatim");
+        assertEq(requester.balance, before - budget, "paid by the requester");
+        assertEq(job.requester(), requester, "requester");
+        assertEq(address(job.registry()), address(registry), "registry");
+        assertEq(job.policyRoot(0), s.modelHash, "version 0 is the base model");
+        assertEq(uint256(job.currentVersion()), 0, "clock at 0");
+        assertEq(job.leaseCost(), _cost(s), "leaseCost");
+        assertEq(keccak256(abi.encode(job.spec())), keccak256(abi.encode(s)), "spec stored verbatim");
         assertFalse(factory.isJob(address(implementation)), "template is not a job");
+        assertFalse(factory.isJob(outsider), "random address is not a job");
+        TrainingJob job2 = _createJob(s, budget);
+        assertEq(factory.jobs(1), address(job2), "creation order");
+        assertNotEq(uint256(uint160(address(job))), uint256(uint160(address(job2))), "distinct clones");
+        _assertJobSolvent(job);
     }
 
-    function test_createJob_emitsJobCreatedAndInitialized() public {
+    function test_createJob_emitsEvents() public {
         JobSpec memory s = _spec();
-        // The clone address is deterministic from the factory nonce (first CREATE from the factory is nonce 1).
-        address predicted = _createAddress(address(factory), 1);
-        vm.expectEmit(true, true, true, true, address(factory));
-        emit JobFactory.JobCreated(predicted, requester, trainer, 2 ether);
-        vm.expectEmit(true, false, false, true, predicted);
-        emit TrainingJob.Initialized(requester, 2 ether);
-        vm.prank(requester);
-        address job = factory.createJob{value: 2 ether}(s);
-        assertEq(job, predicted, "clone address");
+        vm.expectEmit(false, true, true, true, address(factory));
+        emit JobFactory.JobCreated(address(0), requester, trainer, 2 ether);
+        _createJob(s, 2 ether);
     }
 
-    function test_createJob_zeroArbiterDefaultsToRequester() public {
-        JobSpec memory s = _spec();
-        s.arbiter = address(0);
-        TrainingJob j = _createJob(s, 1 ether);
-        assertEq(j.spec().arbiter, requester, "arbiter");
+    function test_defaultSpec_isValid() public {
+        _accepted(_spec());
+        assertEq(factory.timeline(_spec()), 1 hours + 3 hours + 2 days + 1 days, "fixture timeline");
     }
 
-    function test_createJob_budgetExactlyOneLeaseIsEnough() public {
-        JobSpec memory s = _spec();
-        TrainingJob j = _createJob(s, _cost(s));
-        assertEq(j.escrow(), _cost(s), "escrow");
-    }
+    // ------------------------------------------------------------------ each field
 
-    function test_createJob_manyJobsAreDistinct() public {
-        JobSpec memory s = _spec();
-        TrainingJob a = _createJob(s, 1 ether);
-        TrainingJob b = _createJob(s, 2 ether);
-        assertTrue(address(a) != address(b), "distinct clones");
-        assertEq(factory.jobCount(), 2, "jobCount");
-        assertEq(a.escrow(), 1 ether, "a escrow");
-        assertEq(b.escrow(), 2 ether, "b escrow");
-    }
-
-    function test_createJob_revertsInvalidSpec_trainer() public {
+    function test_validateSpec_trainer() public {
         JobSpec memory s = _spec();
         s.trainer = address(0);
-        _expectInvalid(s, "trainer");
+        _refused(s, _invalid("trainer"));
     }
 
-    function test_createJob_revertsInvalidSpec_groupSize() public {
+    function test_validateSpec_groupSizeAndTasksPerLease() public {
         JobSpec memory s = _spec();
         s.groupSize = 0;
-        _expectInvalid(s, "groupSize");
-    }
-
-    function test_createJob_revertsInvalidSpec_tasksPerLease() public {
-        JobSpec memory s = _spec();
+        _refused(s, _invalid("groupSize"));
+        s = _spec();
         s.tasksPerLease = 0;
-        _expectInvalid(s, "tasksPerLease");
+        _refused(s, _invalid("tasksPerLease"));
+        s = _spec();
+        s.groupSize = 1;
+        s.tasksPerLease = 1;
+        _accepted(s);
     }
 
-    function test_createJob_revertsInvalidSpec_quorum() public {
+    function test_validateSpec_committeeSizeBounds() public {
         JobSpec memory s = _spec();
-        s.quorum = 0;
-        _expectInvalid(s, "quorum");
+        s.committeeSize = 0;
+        _refused(s, _invalid("committeeSize"));
+        s.committeeSize = factory.MAX_COMMITTEE() + 1;
+        _refused(s, _invalid("committeeSize"));
+        s.committeeSize = factory.MAX_COMMITTEE();
+        _accepted(s);
+        s.committeeSize = 1;
+        _accepted(s);
     }
 
-    function test_createJob_revertsInvalidSpec_rewardPerSample() public {
+    function test_validateSpec_appealRoundsBounds() public {
         JobSpec memory s = _spec();
-        s.rewardPerSample = 0;
-        _expectInvalid(s, "rewardPerSample");
+        s.appealRounds = 0;
+        _refused(s, _invalid("appealRounds"));
+        s.appealRounds = factory.MAX_APPEAL_ROUNDS() + 1;
+        _refused(s, _invalid("appealRounds"));
+        s.appealRounds = factory.MAX_APPEAL_ROUNDS();
+        s.appealWindow = 1 days; // 1h + 4h + 3d + 1d < 7d
+        _accepted(s);
+        s.appealRounds = 1;
+        _accepted(s);
     }
 
-    function test_createJob_revertsInvalidSpec_leaseDuration() public {
-        JobSpec memory s = _spec();
-        s.leaseDuration = 0;
-        _expectInvalid(s, "leaseDuration");
-    }
-
-    function test_createJob_revertsInvalidSpec_voteWindow() public {
-        JobSpec memory s = _spec();
-        s.voteWindow = 0;
-        _expectInvalid(s, "voteWindow");
-    }
-
-    function test_createJob_revertsInvalidSpec_challengeWindow() public {
-        JobSpec memory s = _spec();
-        s.challengeWindow = 0;
-        _expectInvalid(s, "challengeWindow");
-    }
-
-    function test_createJob_revertsInvalidSpec_resolveWindow() public {
-        JobSpec memory s = _spec();
-        s.resolveWindow = 0;
-        _expectInvalid(s, "resolveWindow");
-    }
-
-    function test_createJob_revertsInvalidSpec_clipEpsilonZeroOrAtLeastOne() public {
+    function test_validateSpec_clipParameters() public {
         JobSpec memory s = _spec();
         s.clipEpsilonMilli = 0;
-        _expectInvalid(s, "clipEpsilonMilli");
+        _refused(s, _invalid("clipEpsilonMilli"));
         s.clipEpsilonMilli = 1000;
-        _expectInvalid(s, "clipEpsilonMilli");
+        _refused(s, _invalid("clipEpsilonMilli"));
         s.clipEpsilonMilli = 999;
-        TrainingJob j = _createJob(s, 1 ether);
-        assertEq(uint256(j.spec().clipEpsilonMilli), 999, "999 accepted");
-    }
-
-    function test_createJob_revertsInvalidSpec_clipDeltaNotAboveOne() public {
-        JobSpec memory s = _spec();
+        _accepted(s);
+        s = _spec();
         s.clipDeltaMilli = 1000;
-        _expectInvalid(s, "clipDeltaMilli");
+        _refused(s, _invalid("clipDeltaMilli"));
         s.clipDeltaMilli = 0;
-        _expectInvalid(s, "clipDeltaMilli");
+        _refused(s, _invalid("clipDeltaMilli"));
         s.clipDeltaMilli = 1001;
-        TrainingJob j = _createJob(s, 1 ether);
-        assertEq(uint256(j.spec().clipDeltaMilli), 1001, "1001 accepted");
+        _accepted(s);
     }
 
-    function test_createJob_revertsTimelineTooLong_atUnbondingPeriod() public {
+    function test_validateSpec_windows() public {
         JobSpec memory s = _spec();
-        s.leaseDuration = 1 days;
-        s.voteWindow = 1 days;
-        s.challengeWindow = 2 days;
-        s.resolveWindow = 3 days; // sum == 7 days == unbonding period: not strictly shorter
-        vm.expectRevert(abi.encodeWithSelector(JobFactory.TimelineTooLong.selector, uint256(7 days), UNBONDING));
-        vm.prank(requester);
-        factory.createJob{value: 1 ether}(s);
-        s.resolveWindow = 3 days - 1;
-        TrainingJob j = _createJob(s, 1 ether);
-        assertTrue(factory.isJob(address(j)), "one second shorter is accepted");
+        s.leaseDuration = 0;
+        _refused(s, _invalid("leaseDuration"));
+        s = _spec();
+        s.voteWindow = 0;
+        _refused(s, _invalid("voteWindow"));
+        s = _spec();
+        s.appealWindow = 0;
+        _refused(s, _invalid("appealWindow"));
+        s = _spec();
+        s.leaseDuration = 1;
+        s.voteWindow = factory.MIN_WINDOW();
+        s.appealWindow = factory.MIN_WINDOW();
+        _accepted(s); // the shortest lease and the shortest windows
     }
 
-    function test_createJob_timelineSumDoesNotOverflow() public {
+    /// @notice Vote and appeal windows are at least MIN_WINDOW (60 s): at the bound accepted, one second
+    ///         under refused, each window on its own.
+    function test_validateSpec_minWindowBoundary() public {
+        uint64 m = factory.MIN_WINDOW();
+        assertEq(uint256(m), 60, "MIN_WINDOW");
+        JobSpec memory s = _spec();
+        s.voteWindow = m - 1;
+        _refused(s, _invalid("voteWindow"));
+        s.voteWindow = m;
+        _accepted(s);
+        s = _spec();
+        s.appealWindow = m - 1;
+        _refused(s, _invalid("appealWindow"));
+        s.appealWindow = m;
+        _accepted(s);
+        // Both too short: the vote window is reported first.
+        s.voteWindow = m - 1;
+        s.appealWindow = m - 1;
+        _refused(s, _invalid("voteWindow"));
+    }
+
+    function testFuzz_validateSpec_windowsBelowMinimumRefused(uint64 vote, uint64 appealW) public {
+        uint64 m = factory.MIN_WINDOW();
+        vote = uint64(bound(vote, 0, 2 * m));
+        appealW = uint64(bound(appealW, 0, 2 * m));
+        JobSpec memory s = _spec();
+        s.voteWindow = vote;
+        s.appealWindow = appealW;
+        if (vote < m) _refused(s, _invalid("voteWindow"));
+        else if (appealW < m) _refused(s, _invalid("appealWindow"));
+        else _accepted(s);
+    }
+
+    function test_validateSpec_rewardPerSample() public {
+        JobSpec memory s = _spec();
+        s.rewardPerSample = 0;
+        _refused(s, _invalid("rewardPerSample"));
+    }
+
+    function test_validateSpec_slashAmountCappedAtWorkerMinimum() public {
+        JobSpec memory s = _spec();
+        s.slashAmount = 0;
+        _refused(s, _invalid("slashAmount"));
+        s.slashAmount = MIN_WORKER + 1;
+        s.expiryFee = 1;
+        _refused(s, _invalid("slashAmount"));
+        s.slashAmount = 1000 ether;
+        _refused(s, _invalid("slashAmount"));
+        s.slashAmount = MIN_WORKER;
+        _accepted(s);
+    }
+
+    function test_validateSpec_expiryFeeAtMostSlash() public {
+        JobSpec memory s = _spec();
+        s.expiryFee = 0;
+        _refused(s, _invalid("expiryFee"));
+        s.expiryFee = s.slashAmount + 1;
+        _refused(s, _invalid("expiryFee"));
+        s.expiryFee = s.slashAmount;
+        _accepted(s);
+    }
+
+    function test_validateSpec_voterSlashCappedAtValidatorMinimum() public {
+        JobSpec memory s = _spec();
+        s.voterSlash = 0;
+        _refused(s, _invalid("voterSlash"));
+        s.voterSlash = MIN_VALIDATOR + 1;
+        _refused(s, _invalid("voterSlash"));
+        s.voterSlash = MIN_VALIDATOR;
+        _accepted(s);
+    }
+
+    /// @notice 0 < absentPenalty <= voterSlash / ABSENT_PENALTY_DIVISOR (10), rounded down: at the cap
+    ///         accepted, one wei over refused.
+    function test_validateSpec_absentPenaltyAtMostATenthOfVoterSlash() public {
+        uint256 d = factory.ABSENT_PENALTY_DIVISOR();
+        assertEq(d, 10, "ABSENT_PENALTY_DIVISOR");
+        JobSpec memory s = _spec();
+        s.absentPenalty = 0;
+        _refused(s, _invalid("absentPenalty"));
+        s.absentPenalty = s.voterSlash / d + 1;
+        _refused(s, _invalid("absentPenalty"));
+        s.absentPenalty = s.voterSlash; // allowed before: now far over the cap
+        _refused(s, _invalid("absentPenalty"));
+        s.absentPenalty = s.voterSlash / d;
+        _accepted(s);
+        // The largest voter slash: the cap scales with it.
+        s.voterSlash = MIN_VALIDATOR;
+        s.absentPenalty = MIN_VALIDATOR / d + 1;
+        _refused(s, _invalid("absentPenalty"));
+        s.absentPenalty = MIN_VALIDATOR / d;
+        _accepted(s);
+        // A voter slash not divisible by 10: the cap is rounded down.
+        s.voterSlash = 1 ether + 9;
+        s.absentPenalty = 0.1 ether + 1;
+        _refused(s, _invalid("absentPenalty"));
+        s.absentPenalty = 0.1 ether;
+        _accepted(s);
+        // Tiny voter slashes: 10 wei allows 1 wei; under 10 wei no absent penalty is valid.
+        s.voterSlash = 10;
+        s.absentPenalty = 1;
+        _accepted(s);
+        s.absentPenalty = 2;
+        _refused(s, _invalid("absentPenalty"));
+        s.voterSlash = 9;
+        s.absentPenalty = 1;
+        _refused(s, _invalid("absentPenalty"));
+    }
+
+    function test_validateSpec_appealBondPositiveAndBounded() public {
+        JobSpec memory s = _spec();
+        s.appealBond = 0;
+        _refused(s, _invalid("appealBond"));
+        s.appealBond = uint256(type(uint128).max) + 1;
+        _refused(s, _invalid("appealBond"));
+        s.appealBond = type(uint128).max;
+        _accepted(s);
+    }
+
+    /// @notice The checks run in field order: the first invalid field is the one reported.
+    function test_validateSpec_reportsFirstInvalidField() public {
+        JobSpec memory s = _spec();
+        s.groupSize = 0;
+        s.appealBond = 0;
+        s.slashAmount = 0;
+        _refused(s, _invalid("groupSize"));
+        s.groupSize = 4;
+        _refused(s, _invalid("slashAmount"));
+    }
+
+    function testFuzz_validateSpec_slashCaps(uint256 slash, uint256 fee, uint256 voterSlash, uint256 absent) public {
+        slash = bound(slash, 0, 3 * MIN_WORKER);
+        fee = bound(fee, 0, 3 * MIN_WORKER);
+        voterSlash = bound(voterSlash, 0, 3 * MIN_VALIDATOR);
+        // Mostly around the cap (voterSlash / 10), sometimes anywhere up to three validator minimums.
+        absent = absent % 4 == 0 ? bound(absent, 0, 3 * MIN_VALIDATOR) : bound(absent, 0, MIN_VALIDATOR / 5);
+        JobSpec memory s = _spec();
+        s.slashAmount = slash;
+        s.expiryFee = fee;
+        s.voterSlash = voterSlash;
+        s.absentPenalty = absent;
+        bytes memory err;
+        if (slash == 0 || slash > MIN_WORKER) err = _invalid("slashAmount");
+        else if (fee == 0 || fee > slash) err = _invalid("expiryFee");
+        else if (voterSlash == 0 || voterSlash > MIN_VALIDATOR) err = _invalid("voterSlash");
+        else if (absent == 0 || absent > voterSlash / 10) err = _invalid("absentPenalty");
+        if (err.length > 0) {
+            _refused(s, err);
+        } else {
+            TrainingJob job = _accepted(s);
+            assertLe(job.spec().slashAmount, registry.minWorkerStake(), "worker slash capped");
+            assertLe(job.spec().voterSlash, registry.minValidatorStake(), "voter slash capped");
+            assertLe(job.spec().absentPenalty * 10, job.spec().voterSlash, "absent penalty at most a tenth");
+        }
+    }
+
+    // ------------------------------------------------------------------ timeline
+
+    function test_timeline_formula() public view {
+        JobSpec memory s = _spec();
+        s.leaseDuration = 11;
+        s.voteWindow = 7;
+        s.appealWindow = 5;
+        s.appealRounds = 3;
+        assertEq(
+            factory.timeline(s),
+            11 + 4 * 7 + 3 * 5 + factory.KEEPER_MARGIN(),
+            "lease + rounds*vote + appeals*appeal + margin"
+        );
+        s.appealRounds = 1;
+        assertEq(factory.timeline(s), 11 + 2 * 7 + 5 + 1 days, "one appeal");
+        assertEq(uint256(factory.KEEPER_MARGIN()), 1 days, "margin");
+    }
+
+    function test_timeline_exactBoundary() public {
+        JobSpec memory s = _spec();
+        uint256 rest = factory.timeline(s) - s.leaseDuration;
+        // timeline == unbonding: refused.
+        s.leaseDuration = uint64(UNBONDING - rest);
+        assertEq(factory.timeline(s), UNBONDING, "at the period");
+        _refused(s, abi.encodeWithSelector(JobFactory.TimelineTooLong.selector, uint256(UNBONDING), UNBONDING));
+        // timeline == unbonding - 1: accepted.
+        s.leaseDuration = uint64(UNBONDING - rest - 1);
+        assertEq(factory.timeline(s), UNBONDING - 1, "one second under");
+        _accepted(s);
+        // The same boundary on the appeal window.
+        s = _spec();
+        s.appealRounds = 1;
+        rest = factory.timeline(s) - s.appealWindow;
+        s.appealWindow = uint64(UNBONDING - rest);
+        _refused(s, abi.encodeWithSelector(JobFactory.TimelineTooLong.selector, uint256(UNBONDING), UNBONDING));
+        s.appealWindow -= 1;
+        _accepted(s);
+    }
+
+    function test_timeline_hugeWindowsDoNotOverflow() public {
         JobSpec memory s = _spec();
         s.leaseDuration = type(uint64).max;
         s.voteWindow = type(uint64).max;
-        uint256 timeline = uint256(type(uint64).max) * 2 + s.challengeWindow + s.resolveWindow;
-        vm.expectRevert(abi.encodeWithSelector(JobFactory.TimelineTooLong.selector, timeline, UNBONDING));
-        vm.prank(requester);
-        factory.createJob{value: 1 ether}(s);
+        s.appealWindow = type(uint64).max;
+        s.appealRounds = 3;
+        uint256 t = factory.timeline(s);
+        assertEq(t, uint256(type(uint64).max) * 8 + 1 days, "computed in 256 bits");
+        _refused(s, abi.encodeWithSelector(JobFactory.TimelineTooLong.selector, t, UNBONDING));
     }
 
-    function test_createJob_revertsBudgetTooSmall() public {
+    function testFuzz_timeline_boundEnforced(uint64 lease, uint64 vote, uint64 appealW, uint32 rounds) public {
+        lease = uint64(bound(lease, 1, 8 days));
+        vote = uint64(bound(vote, factory.MIN_WINDOW(), 3 days));
+        appealW = uint64(bound(appealW, factory.MIN_WINDOW(), 3 days));
+        rounds = uint32(bound(rounds, 1, 3));
+        JobSpec memory s = _spec();
+        s.leaseDuration = lease;
+        s.voteWindow = vote;
+        s.appealWindow = appealW;
+        s.appealRounds = rounds;
+        uint256 t = uint256(lease) + (uint256(rounds) + 1) * vote + uint256(rounds) * appealW + 1 days;
+        assertEq(factory.timeline(s), t, "formula");
+        if (t >= UNBONDING) {
+            _refused(s, abi.encodeWithSelector(JobFactory.TimelineTooLong.selector, t, UNBONDING));
+        } else {
+            TrainingJob job = _accepted(s);
+            assertLt(factory.timeline(job.spec()), registry.unbondingPeriod(), "every job obeys the rule");
+        }
+    }
+
+    // ------------------------------------------------------------------ budget
+
+    function test_createJob_budgetAtLeastOneLease() public {
         JobSpec memory s = _spec();
         uint256 cost = _cost(s);
         vm.expectRevert(abi.encodeWithSelector(JobFactory.BudgetTooSmall.selector, cost - 1, cost));
         vm.prank(requester);
         factory.createJob{value: cost - 1}(s);
-        assertEq(factory.jobCount(), 0, "no job");
-    }
-
-    function test_createJob_revertsWhenRegistryHasNoFactory() public {
-        // A factory whose registry points elsewhere cannot initialise its clones.
-        NodeRegistry lone = new NodeRegistry(MIN_WORKER, MIN_VALIDATOR, UNBONDING);
-        JobFactory orphan = new JobFactory(INodeRegistry(address(lone)), address(implementation));
-        vm.expectRevert(TrainingJob.NotFactory.selector);
+        vm.expectRevert(abi.encodeWithSelector(JobFactory.BudgetTooSmall.selector, 0, cost));
         vm.prank(requester);
-        orphan.createJob{value: 1 ether}(_spec());
-        assertEq(orphan.jobCount(), 0, "rolled back");
+        factory.createJob(s);
+        assertEq(factory.jobCount(), 0, "none created");
+        TrainingJob job = _createJob(s, cost);
+        assertEq(job.escrow(), cost, "exactly one lease");
     }
 
-    // ------------------------------------------------------------------ initialize
-
-    function test_initialize_revertsAlreadyInitialized_onClone_evenForFactory() public {
-        TrainingJob j = _createJob(_spec(), 1 ether);
+    /// @notice validateSpec, the client's pre-flight check, refuses a spec whose lease cost
+    ///         (rewardPerSample * groupSize * tasksPerLease) would overflow, so createJob fails with
+    ///         InvalidSpec instead of an arithmetic panic (found by review).
+    function test_validateSpec_refusesAnOverflowingLeaseCost() public {
         JobSpec memory s = _spec();
-        vm.expectRevert(TrainingJob.AlreadyInitialized.selector);
-        vm.prank(address(factory));
-        j.initialize(s, outsider, INodeRegistry(address(registry)));
-        vm.expectRevert(TrainingJob.AlreadyInitialized.selector);
-        vm.prank(outsider);
-        j.initialize(s, outsider, INodeRegistry(address(registry)));
-        assertEq(j.requester(), requester, "requester unchanged");
-    }
-
-    function test_initialize_revertsAlreadyInitialized_onLockedImplementation() public {
-        JobSpec memory s = _spec();
-        vm.expectRevert(TrainingJob.AlreadyInitialized.selector);
-        vm.prank(outsider);
-        implementation.initialize(s, outsider, INodeRegistry(address(registry)));
-        assertEq(address(implementation.registry()), address(1), "template stays locked");
-    }
-
-    function test_initialize_revertsNotFactory_onFreshClone() public {
-        // A clone that is not the factory's: initialising it from a non-factory fails.
-        TrainingJob bare = TrainingJob(payable(_clone(address(implementation))));
-        JobSpec memory s = _spec();
-        vm.expectRevert(TrainingJob.NotFactory.selector);
-        vm.prank(outsider);
-        bare.initialize(s, outsider, INodeRegistry(address(registry)));
-    }
-
-    function test_initialize_withFakeRegistry_yieldsJobThatCannotSlash() public {
-        // Anyone may initialise a clone of their own against a registry of their own; it still is no
-        // factory job, so the real registry refuses its slashes.
-        FakeRegistry fake = new FakeRegistry(outsider);
-        TrainingJob rogue = TrainingJob(payable(_clone(address(implementation))));
-        JobSpec memory s = _spec();
-        vm.prank(outsider);
-        rogue.initialize(s, outsider, INodeRegistry(address(fake)));
-        assertFalse(factory.isJob(address(rogue)), "not a factory job");
-        vm.expectRevert(abi.encodeWithSelector(NodeRegistry.NotAuthorizedSlasher.selector, address(rogue)));
-        vm.prank(address(rogue));
-        registry.slash(worker, 1, outsider, "x");
-    }
-
-    // ------------------------------------------------------------------ fuzz
-
-    function testFuzz_createJob_budgetAgainstLeaseCost(uint256 reward, uint32 group, uint32 tasks, uint256 budget)
-        public
-    {
-        JobSpec memory s = _spec();
-        s.rewardPerSample = bound(reward, 1, 1 ether);
-        s.groupSize = uint32(bound(group, 1, 64));
-        s.tasksPerLease = uint32(bound(tasks, 1, 64));
-        uint256 cost = _cost(s);
-        budget = bound(budget, 0, 500 ether);
-        if (budget < cost) {
-            vm.expectRevert(abi.encodeWithSelector(JobFactory.BudgetTooSmall.selector, budget, cost));
-            vm.prank(requester);
-            factory.createJob{value: budget}(s);
-            assertEq(factory.jobCount(), 0, "no job");
-        } else {
-            TrainingJob j = _createJob(s, budget);
-            assertEq(j.escrow(), budget, "escrow");
-            assertEq(j.leaseCost(), cost, "leaseCost");
-            assertEq(address(j).balance, budget, "balance");
-        }
-    }
-
-    function testFuzz_createJob_timelineBound(uint64 lease, uint64 vote, uint64 chal, uint64 res) public {
-        JobSpec memory s = _spec();
-        s.leaseDuration = uint64(bound(lease, 1, 4 days));
-        s.voteWindow = uint64(bound(vote, 1, 4 days));
-        s.challengeWindow = uint64(bound(chal, 1, 4 days));
-        s.resolveWindow = uint64(bound(res, 1, 4 days));
-        uint256 timeline = uint256(s.leaseDuration) + s.voteWindow + s.challengeWindow + s.resolveWindow;
-        if (timeline >= UNBONDING) {
-            vm.expectRevert(abi.encodeWithSelector(JobFactory.TimelineTooLong.selector, timeline, UNBONDING));
-            vm.prank(requester);
-            factory.createJob{value: 1 ether}(s);
-            assertEq(factory.jobCount(), 0, "no job");
-        } else {
-            TrainingJob j = _createJob(s, 1 ether);
-            assertTrue(factory.isJob(address(j)), "created");
-        }
-    }
-
-    // ------------------------------------------------------------------ helpers
-
-    function _expectInvalid(JobSpec memory s, string memory field) internal {
-        vm.expectRevert(abi.encodeWithSelector(JobFactory.InvalidSpec.selector, field));
+        s.rewardPerSample = type(uint256).max / 4; // x groupSize 4 x tasksPerLease 2 overflows
+        (bool viewOk,) = address(factory).staticcall(abi.encodeCall(JobFactory.validateSpec, (s)));
         vm.prank(requester);
-        factory.createJob{value: 1 ether}(s);
-    }
-
-    /// @dev Address of the contract `deployer` creates with CREATE at `nonce` (nonce < 128).
-    function _createAddress(address deployer, uint8 nonce) internal pure returns (address) {
-        return address(uint160(uint256(keccak256(abi.encodePacked(bytes1(0xd6), bytes1(0x94), deployer, nonce)))));
-    }
-
-    /// @dev A bare EIP-1167 clone of `target`, made outside the factory.
-    function _clone(address target) internal returns (address c) {
-        bytes memory code = abi.encodePacked(
-            hex"3d602d80600a3d3981f3363d3d373d3d3d363d73", target, hex"5af43d82803e903d91602b57fd5bf3"
+        (bool ok, bytes memory ret) = address(factory).call{value: 1 ether}(abi.encodeCall(JobFactory.createJob, (s)));
+        assertFalse(ok, "createJob cannot create it");
+        assertFalse(viewOk, "validateSpec accepts a spec that createJob cannot create");
+        assertEq(
+            bytes4(ret), JobFactory.InvalidSpec.selector, "createJob should refuse it with InvalidSpec, not a panic"
         );
-        assembly {
-            c := create(0, add(code, 0x20), mload(code))
-        }
-        require(c != address(0), "clone failed");
+    }
+
+    // ------------------------------------------------------------------ initializer
+
+    function test_implementation_isLocked() public {
+        JobSpec memory s = _spec();
+        vm.expectRevert(Initializable.InvalidInitialization.selector);
+        vm.prank(address(factory));
+        implementation.initialize(s, requester, INodeRegistry(address(registry)));
+        assertEq(implementation.requester(), address(0), "template uninitialised");
+    }
+
+    function test_clone_cannotBeReinitialized() public {
+        JobSpec memory s = _spec();
+        TrainingJob job = _createJob(s, 1 ether);
+        vm.expectRevert(Initializable.InvalidInitialization.selector);
+        vm.prank(address(factory));
+        job.initialize(s, outsider, INodeRegistry(address(registry)));
+        vm.expectRevert(Initializable.InvalidInitialization.selector);
+        vm.prank(outsider);
+        job.initialize(s, outsider, INodeRegistry(address(registry)));
+        assertEq(job.requester(), requester, "requester unchanged");
+    }
+
+    function test_clone_onlyTheFactoryInitializes() public {
+        JobSpec memory s = _spec();
+        TrainingJob raw = TrainingJob(payable(Clones.clone(address(implementation))));
+        vm.expectRevert(TrainingJob.NotFactory.selector);
+        vm.prank(outsider);
+        raw.initialize(s, outsider, INodeRegistry(address(registry)));
+        // A clone the factory did not create is no job, even once initialised: it cannot lock or slash.
+        vm.deal(address(factory), 1 ether);
+        vm.prank(address(factory));
+        raw.initialize{value: 1 ether}(s, requester, INodeRegistry(address(registry)));
+        assertEq(raw.escrow(), 1 ether, "funded");
+        assertFalse(factory.isJob(address(raw)), "not a factory job");
+        _join(worker, WORKER, 2 ether);
+        vm.expectRevert(abi.encodeWithSelector(NodeRegistry.NotAuthorizedSlasher.selector, address(raw)));
+        vm.prank(worker);
+        raw.claim();
+        assertEq(_locked(worker), 0, "nothing locked");
+    }
+
+    function test_rogueFactory_cannotCreateJobsForTheRegistry() public {
+        JobFactory rogue = new JobFactory(INodeRegistry(address(registry)), address(implementation));
+        JobSpec memory s = _spec();
+        vm.expectRevert(TrainingJob.NotFactory.selector);
+        vm.prank(requester);
+        rogue.createJob{value: 1 ether}(s);
+        assertEq(rogue.jobCount(), 0, "rolled back");
     }
 }

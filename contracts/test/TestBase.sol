@@ -15,8 +15,20 @@ interface Vm {
     function expectEmit(bool checkTopic1, bool checkTopic2, bool checkTopic3, bool checkData, address emitter) external;
     function label(address account, string calldata newLabel) external;
     function addr(uint256 privateKey) external pure returns (address);
+    function sign(uint256 privateKey, bytes32 digest) external pure returns (uint8 v, bytes32 r, bytes32 s);
+    function createWallet(uint256 privateKey) external returns (Wallet memory wallet);
+    function getBlockNumber() external view returns (uint256 height);
+    function getBlockTimestamp() external view returns (uint256 timestamp);
     function cool(address target) external;
     function lastCallGas() external view returns (Gas memory gas);
+}
+
+/// @notice A key pair as forge's `createWallet` returns it.
+struct Wallet {
+    address addr;
+    uint256 publicKeyX;
+    uint256 publicKeyY;
+    uint256 privateKey;
 }
 
 /// @notice Gas record of the last call, as forge's `lastCallGas` returns it.

@@ -108,6 +108,7 @@ class ChainClient:
         self._fees: dict[str, int] | None = None
         self._fees_at = 0.0
         self._contracts: dict[tuple[str, str], Contract] = {}
+        self.fees_paid_wei = 0  # what this client's mined transactions cost in gas, for net-gain accounting
 
     # -------------------------------------------------------------- reading
 
@@ -136,6 +137,17 @@ class ChainClient:
         with rpc_errors(self.rpc_url):
             return self.w3.eth.block_number
 
+    def block_timestamp(self, number: int) -> int:
+        with rpc_errors(self.rpc_url):
+            return self.w3.eth.get_block(number)["timestamp"]
+
+    def now(self) -> int:
+        """The chain's clock as the next transaction will see it: the pending block's timestamp. (The latest
+        block's lags on a chain that mines only when sent a transaction, like anvil: deadlines must be
+        judged by the time a transaction sent now would run at.)"""
+        with rpc_errors(self.rpc_url):
+            return self.w3.eth.get_block("pending")["timestamp"]
+
     def latest_timestamp(self) -> int:
         """The chain's clock: the latest block's timestamp."""
         with rpc_errors(self.rpc_url):
@@ -152,10 +164,12 @@ class ChainClient:
     # -------------------------------------------------------------- writing
 
     def transact(self, fn: ContractFunction | ContractConstructor, value: int = 0) -> TxReceipt:
-        """Send a contract transaction from our account and wait for its receipt; raise on revert."""
+        """Send a contract transaction from our account and wait for its receipt; raise on revert. Gas is
+        estimated against the pending block, where the transaction will run: a call that needs the latest
+        block's hash (a lease's seed, a committee) works in the very next block."""
         base = {"from": self.address, "value": value, "chainId": self.chain_id}
         with rpc_errors(self.rpc_url):
-            gas = int(fn.estimate_gas(base) * GAS_MARGIN) + 21_000
+            gas = int(fn.estimate_gas(base, block_identifier="pending") * GAS_MARGIN) + 21_000
         return self._sign_and_send(lambda fields: fn.build_transaction({**base, "gas": gas, **fields}))
 
     def transfer(self, to: str, value: int) -> TxReceipt:
@@ -180,6 +194,7 @@ class ChainClient:
                     self._nonces.resync()
                     raise
         receipt = self._receipt(signed.hash, signed.raw_transaction)
+        self.fees_paid_wei += receipt["gasUsed"] * receipt.get("effectiveGasPrice", 0)
         if receipt["status"] != 1:
             self._explain_failure(tx, receipt)
         return receipt

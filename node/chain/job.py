@@ -1,7 +1,9 @@
-"""Typed access to JobFactory and TrainingJob: create a job, the policy clock, leases, votes, money.
+"""Typed access to JobFactory and TrainingJob: create a job, the policy clock, leases and their seeds,
+committees and votes, appeals, settlement, rewards and money.
 
 Invariants: amounts are wei ints; each method is one transaction or one call; receipts are decoded into
-the event fields callers need (lease ids, seeds), never re-derived off chain.
+the event fields callers need (lease ids), never re-derived off chain; who sits on a committee and with
+what weight is always asked of the contract (`member_weight`), never recomputed here.
 """
 
 from __future__ import annotations
@@ -18,28 +20,46 @@ from web3.types import TxReceipt
 class LeaseStatus(IntEnum):
     NONE = 0
     LEASED = 1
-    SUBMITTED = 2
-    ACCEPTED = 3
-    REJECTED = 4
-    CHALLENGED = 5
-    PAID = 6
-    SLASHED = 7
-    RETURNED = 8
-    LAPSED = 9
+    VOTING = 2
+    DECIDED = 3
+    PAID = 4
+    SLASHED = 5
+    RETURNED = 6
+    LAPSED = 7
+
+
+FINAL_STATUSES = (LeaseStatus.PAID, LeaseStatus.SLASHED, LeaseStatus.RETURNED, LeaseStatus.LAPSED)
+SETTLED_STATUSES = (LeaseStatus.PAID, LeaseStatus.SLASHED, LeaseStatus.LAPSED)
+
+
+class Outcome(IntEnum):
+    PENDING = 0
+    ACCEPT = 1
+    REJECT = 2
+    VOID = 3
 
 
 @dataclass(frozen=True)
 class Lease:
     lease_id: int
     worker: str
-    deadline: int
     status: LeaseStatus
+    outcome: Outcome  # the current round's decision (PENDING while its votes are open)
+    round: int
     first_task: int
+    deadline: int  # lease expiry, then the current round's vote deadline, then its appeal deadline
     policy_version: int
-    accept_votes: int
-    reject_votes: int
-    seed: bytes
+    anchor_block: int  # the claim block until submission, then the submission block
+    seed: bytes  # the prompt seed (zero bytes until drawn)
     root: bytes
+
+    @property
+    def seed_drawn(self) -> bool:
+        return any(self.seed)
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL_STATUSES
 
     def task_seed(self, task_index: int) -> bytes:
         """Seed of the lease's `task_index`-th task: keccak256(abi.encode(leaseSeed, taskIndex))."""
@@ -47,12 +67,18 @@ class Lease:
 
 
 @dataclass(frozen=True)
-class ChallengeState:
-    challenger: str
-    deadline: int
-    original_accepted: bool
-    resolved: bool
-    overturned: bool
+class RoundState:
+    round: int
+    accept_weight: int
+    reject_weight: int
+    start_block: int
+    seed: bytes  # 20 bytes; zero until the committee is drawn
+    total_weight: int
+    appellant: str | None  # who appealed into this round (None for round 0)
+
+    @property
+    def drawn(self) -> bool:
+        return any(self.seed)
 
 
 @dataclass(frozen=True)
@@ -65,22 +91,30 @@ class JobStatus:
     reserved: int
     total_owed: int
     bonds_held: int
+    pool_held: int
+    burned: int
     current_version: int
     lease_count: int
     closed: bool
 
 
 SPEC_FIELDS = (
-    "model_hash", "task_set_id", "trainer", "arbiter", "group_size", "tasks_per_lease", "max_staleness",
-    "quorum", "clip_epsilon_milli", "clip_delta_milli", "lease_duration", "vote_window", "challenge_window",
-    "resolve_window", "reward_per_sample", "slash_amount", "challenge_bond",
+    "model_hash", "task_set_id", "trainer", "group_size", "tasks_per_lease", "max_staleness", "committee_size",
+    "appeal_rounds", "clip_epsilon_milli", "clip_delta_milli", "lease_duration", "vote_window", "appeal_window",
+    "reward_per_sample", "slash_amount", "expiry_fee", "voter_slash", "absent_penalty", "appeal_bond",
 )
+VOTE_CODES = {1: True, 2: False}
+MAX_ROUNDS = 4  # JobFactory.MAX_APPEAL_ROUNDS + 1: the ballot's low 8 bits, 2 per round
 
 
 class FactoryClient:
     def __init__(self, client: ChainClient, address: str):
         self.client = client
         self.contract = client.contract("JobFactory", address)
+
+    def validate(self, spec_tuple: tuple) -> None:
+        """Ask the factory whether it would accept `spec_tuple` (ContractRevert naming the field if not)."""
+        self.client.call(self.contract.functions.validateSpec(spec_tuple))
 
     def create_job(self, spec_tuple: tuple, budget_wei: int) -> str:
         receipt = self.client.transact(self.contract.functions.createJob(spec_tuple), value=budget_wei)
@@ -117,6 +151,8 @@ class JobClient:
             reserved=self._call("reserved"),
             total_owed=self._call("totalOwed"),
             bonds_held=self._call("bondsHeld"),
+            pool_held=self._call("poolHeld"),
+            burned=self._call("burned"),
             current_version=self._call("currentVersion"),
             lease_count=self._call("leaseCount"),
             closed=self._call("closed"),
@@ -129,76 +165,123 @@ class JobClient:
     def lease_count(self) -> int:
         return self._call("leaseCount")
 
+    def lease_cost(self) -> int:
+        """Wei one accepted lease pays its worker (rewardPerSample x groupSize x tasksPerLease)."""
+        return self._call("leaseCost")
+
     def lease(self, lease_id: int) -> Lease:
-        raw = self._call("getLease", lease_id)
-        worker, deadline, status, first, version, acc, rej, seed, root = raw
-        return Lease(
-            lease_id, worker, deadline, LeaseStatus(status), first, version, acc, rej, bytes(seed), bytes(root)
-        )
+        worker, status, outcome, round_, first, deadline, version, anchor, seed, root = self._call("getLease",
+                                                                                                   lease_id)
+        return Lease(lease_id, worker, LeaseStatus(status), Outcome(outcome), round_, first, deadline, version,
+                     anchor, bytes(seed), bytes(root))
+
+    def round(self, lease_id: int, round_: int) -> RoundState:
+        (accept, reject, start, seed, total), appellant = self._call("getRound", lease_id, round_)
+        return RoundState(round_, accept, reject, start, bytes(seed), total,
+                          None if int(appellant, 16) == 0 else appellant)
+
+    def outcome_of(self, lease_id: int) -> Outcome:
+        """The current round's outcome, counting a passed vote window as closed."""
+        return Outcome(self._call("outcomeOf", lease_id))
+
+    def member_weight(self, lease_id: int, round_: int, address: str) -> int:
+        """`address`'s vote weight in that round's committee (0: not drawn). Asked of the pending block, whose
+        view of the round's start block hash exists from the block after the round started."""
+        return self.client.call(self.contract.functions.memberWeight(lease_id, round_, address), block="pending")
+
+    def committee_size(self, round_: int) -> int | None:
+        """The expected committee size of a round (None for the final round, where every validator sits)."""
+        size = self._call("committeeSizeOf", round_)
+        return None if size == 2**256 - 1 else size
+
+    def appeal_bond(self, round_: int) -> int:
+        """The bond an appeal into `round_` (>= 1) posts."""
+        return self._call("appealBondFor", round_)
+
+    def ballot(self, lease_id: int, address: str) -> dict[int, bool]:
+        """`address`'s votes on a lease: {round: accept}."""
+        bits = self._call("ballots", lease_id, address)
+        return {r: VOTE_CODES[(bits >> (2 * r)) & 3] for r in range(MAX_ROUNDS) if (bits >> (2 * r)) & 3 in VOTE_CODES}
 
     def policy_root(self, version: int) -> bytes:
         """The content root of `version`'s weights; version 0 is the job's base model (the spec's model root)."""
-        if version == 0:
-            return bytes(self.spec()["model_hash"])
         return bytes(self._call("policyRoot", version))
 
-    def vote_of(self, lease_id: int, address: str) -> int:
-        """0 none, 1 accept, 2 reject, 3 slashed after losing a challenge."""
-        return int(self._call("votes", lease_id, address))
+    def enlisted(self) -> list[str]:
+        """Validators enlisted in this job and not delisted (who answer for absence), from its events."""
+        joined = [log["args"]["validator"] for log in self.client.events(self.contract, "Enlisted", 0)]
+        left = {log["args"]["validator"] for log in self.client.events(self.contract, "Delisted", 0)}
+        return [v for v in dict.fromkeys(joined) if v not in left]
 
-    def has_voted(self, lease_id: int, address: str) -> bool:
-        return self.vote_of(lease_id, address) != 0
+    def is_enlisted(self, address: str) -> bool:
+        return self._call("enlistedAt", address) != 0 and self._call("delistedAt", address) == 0
 
     def owed(self, address: str) -> int:
         return self._call("owed", address)
 
+    def reward_of(self, lease_id: int, address: str) -> int:
+        """Everything `address` is entitled to from a settled lease's pools so far, less what it claimed."""
+        return self._call("rewardOf", lease_id, address) - self._call("rewardClaimed", lease_id, address)
+
+    def votes(self, lease_id: int | None = None, from_block: int = 0) -> list[dict]:
+        """Voted events (lease, round, validator, accept, weight), optionally of one lease."""
+        logs = self.client.events(self.contract, "Voted", from_block)
+        return [dict(log["args"]) for log in logs if lease_id is None or log["args"]["leaseId"] == lease_id]
+
     def _send(self, name: str, *args: object, value: int = 0) -> TxReceipt:
         return self.client.transact(getattr(self.contract.functions, name)(*args), value=value)
+
+    def enlist(self) -> TxReceipt:
+        """Follow this job as a validator: answer for absence from the committees this address is drawn for."""
+        return self._send("enlist")
+
+    def delist(self) -> TxReceipt:
+        return self._send("delist")
 
     def publish_policy(self, version: int, root: bytes) -> TxReceipt:
         return self._send("publishPolicy", version, root)
 
     def claim(self) -> Lease:
+        """Lease the next tasks (collateral locked); the prompt seed is drawn afterwards with `draw_seed`."""
         receipt = self._send("claim")
         (event,) = self.contract.events.TaskClaimed().process_receipt(receipt, errors=DISCARD)
         return self.lease(event["args"]["leaseId"])
 
+    def draw_seed(self, lease_id: int) -> Lease:
+        self._send("drawSeed", lease_id)
+        return self.lease(lease_id)
+
     def submit(self, lease_id: int, root: bytes, policy_version: int) -> TxReceipt:
         return self._send("submit", lease_id, root, policy_version)
 
-    def attest(self, lease_id: int, accept: bool) -> TxReceipt:
-        return self._send("attest", lease_id, accept)
+    def draw_committee(self, lease_id: int) -> TxReceipt:
+        return self._send("drawCommittee", lease_id)
 
-    def attest_batch(self, verdicts: dict[int, bool]) -> TxReceipt:
+    def vote(self, lease_id: int, accept: bool) -> TxReceipt:
+        return self._send("vote", lease_id, accept)
+
+    def vote_batch(self, verdicts: dict[int, bool]) -> TxReceipt:
         ids = list(verdicts)
-        return self._send("attestBatch", ids, [verdicts[i] for i in ids])
+        return self._send("voteBatch", ids, [verdicts[i] for i in ids])
+
+    def appeal(self, lease_id: int) -> TxReceipt:
+        """Appeal the lease's current decision, posting the next round's bond."""
+        return self._send("appeal", lease_id, value=self.appeal_bond(self.lease(lease_id).round + 1))
 
     def finalize(self, lease_id: int) -> TxReceipt:
         return self._send("finalize", lease_id)
 
-    def lapse(self, lease_id: int) -> TxReceipt:
-        return self._send("lapse", lease_id)
-
     def reclaim(self, lease_id: int) -> TxReceipt:
         return self._send("reclaim", lease_id)
 
-    def challenge(self, lease_id: int, bond_wei: int) -> TxReceipt:
-        return self._send("challenge", lease_id, value=bond_wei)
+    def slash_loser(self, lease_id: int, voter: str) -> TxReceipt:
+        return self._send("slashLoser", lease_id, voter)
 
-    def resolve(self, lease_id: int, accept: bool) -> TxReceipt:
-        return self._send("resolve", lease_id, accept)
+    def penalize_absent(self, lease_id: int, round_: int, member: str) -> TxReceipt:
+        return self._send("penalizeAbsent", lease_id, round_, member)
 
-    def challenge_state(self, lease_id: int) -> ChallengeState:
-        challenger, deadline, original_accepted, resolved, overturned = self._call("challenges", lease_id)
-        return ChallengeState(challenger, deadline, original_accepted, resolved, overturned)
-
-    def voters(self, lease_id: int) -> dict[str, bool]:
-        """Each validator's vote on a lease (True = accept), from its Attested events."""
-        logs = self.client.events(self.contract, "Attested", 0)
-        return {log["args"]["validator"]: log["args"]["accept"] for log in logs if log["args"]["leaseId"] == lease_id}
-
-    def slash_voter(self, lease_id: int, validator: str) -> TxReceipt:
-        return self._send("slashVoter", lease_id, validator)
+    def claim_reward(self, lease_id: int) -> TxReceipt:
+        return self._send("claimReward", lease_id)
 
     def withdraw_payment(self) -> TxReceipt:
         return self._send("withdrawPayment")

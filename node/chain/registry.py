@@ -1,6 +1,9 @@
-"""Typed access to NodeRegistry: join, stake, unbond, withdraw, and who a peer ID belongs to.
+"""Typed access to NodeRegistry: join (proving the peer ID), stake, unbond, withdraw, who a peer ID belongs to,
+and validator weights.
 
-Invariant: amounts are wei ints; a refused call raises ContractRevert (decoded) before any gas is spent.
+Invariants: amounts are wei ints; a refused call raises ContractRevert (decoded) before any gas is spent;
+`join` and `set_peer_id` always carry the peer key's signature of the registry's own binding hash, so the
+binding is exactly the one the contract verifies.
 """
 
 from __future__ import annotations
@@ -10,19 +13,23 @@ from enum import IntFlag
 
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.errors import RollnetError
+from rollnet.node.p2p.identity import PeerIdentity
 from web3.types import TxReceipt
 
 
 class Role(IntFlag):
     WORKER = 1
     VALIDATOR = 2
+    TRAINER = 4  # a job's trainer: a proven peer identity, no stake
 
     @classmethod
     def parse(cls, name: str) -> Role:
-        try:
-            return cls[name.upper()]
-        except KeyError:
-            raise RollnetError(f"unknown role {name!r}: use worker or validator") from None
+        if name.lower() not in ("worker", "validator"):
+            raise RollnetError(f"unknown role {name!r}: use worker or validator")
+        return cls[name.upper()]
+
+
+STAKED_ROLES = (Role.WORKER, Role.VALIDATOR)
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,8 @@ class NodeInfo:
     address: str
     peer_id: bytes
     roles: Role
-    active: int
+    active: int  # free stake
+    locked: int  # lease collateral
     unbonding: int
     unbond_ready_at: int
 
@@ -51,8 +59,13 @@ class RegistryClient:
         return self.client.call(self.contract.functions.unbondingPeriod())
 
     def info(self, address: str) -> NodeInfo:
-        peer_id, roles, active, unbonding, ready_at = self.client.call(self.contract.functions.nodeInfo(address))
-        return NodeInfo(address, bytes(peer_id), Role(roles), active, unbonding, ready_at)
+        peer_id, roles, active, locked, unbonding, ready_at = self.client.call(
+            self.contract.functions.nodeInfo(address))
+        return NodeInfo(address, bytes(peer_id), Role(roles), active, locked, unbonding, ready_at)
+
+    def is_staked(self, address: str) -> bool:
+        """Whether `address` is an active worker or validator (holds the minimum stake of a staked role)."""
+        return any(self.is_active(address, role) for role in STAKED_ROLES)
 
     def is_active(self, address: str, role: Role) -> bool:
         return self.client.call(self.contract.functions.isActive(address, int(role)))
@@ -61,8 +74,21 @@ class RegistryClient:
         owner = self.client.call(self.contract.functions.ownerOfPeer(peer_id))
         return None if int(owner, 16) == 0 else owner
 
-    def join(self, peer_id: bytes, roles: Role, stake_wei: int) -> TxReceipt:
-        return self.client.transact(self.contract.functions.join(peer_id, int(roles)), value=stake_wei)
+    def binding_signature(self, peer: PeerIdentity, address: str | None = None) -> bytes:
+        """`peer`'s signature binding its peer ID to `address` (default: this client's) in this registry."""
+        binding = self.client.call(self.contract.functions.peerBindingHash(address or self.client.address))
+        return peer.sign_binding(bytes(binding))
+
+    def join(self, peer: PeerIdentity, roles: Role, stake_wei: int) -> TxReceipt:
+        """Register this client's address with `peer`'s peer ID (proven by its signature) and stake."""
+        signature = self.binding_signature(peer)
+        return self.client.transact(self.contract.functions.join(peer.peer_id_bytes, signature, int(roles)),
+                                    value=stake_wei)
+
+    def set_peer_id(self, peer: PeerIdentity) -> TxReceipt:
+        """Rotate this address's peer ID to `peer`'s (proven by its signature)."""
+        signature = self.binding_signature(peer)
+        return self.client.transact(self.contract.functions.setPeerId(peer.peer_id_bytes, signature))
 
     def add_stake(self, amount_wei: int) -> TxReceipt:
         return self.client.transact(self.contract.functions.addStake(), value=amount_wei)
@@ -86,8 +112,19 @@ class RegistryClient:
         events = self.client.events(self.contract, "NodeJoined", from_block)
         return list(dict.fromkeys(event["args"]["node"] for event in events))
 
-    def totals(self) -> tuple[int, int]:
+    def totals(self) -> tuple[int, int, int]:
+        """(active, locked, unbonding) over every node."""
         return (
             self.client.call(self.contract.functions.totalActive()),
+            self.client.call(self.contract.functions.totalLocked()),
             self.client.call(self.contract.functions.totalUnbonding()),
         )
+
+    def weight_at(self, address: str, block: int) -> int:
+        """`address`'s validator weight at the end of a past block (0 if none)."""
+        return self.client.call(self.contract.functions.weightAt(address, block))
+
+    def current_weights(self, address: str) -> tuple[int, int]:
+        """(this validator's weight, all validators' weight) now."""
+        weight, total = self.client.call(self.contract.functions.currentWeights(address))
+        return weight, total

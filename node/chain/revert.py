@@ -16,16 +16,17 @@ from rollnet.node.chain.artifacts import error_abis
 from rollnet.node.errors import ContractRevert
 
 WEI_ARGUMENTS = {"minimum", "provided", "available", "needed", "requested", "active", "expected", "budget",
-                 "leaseCost"}
+                 "leaseCost", "locked"}
 TIME_ARGUMENTS = {"readyAt", "deadline", "expiredAt"}
-ROLE_NAMES = {1: "worker", 2: "validator", 3: "worker or validator"}
+ROLE_NAMES = {1: "worker", 2: "validator", 3: "worker or validator", 4: "trainer"}
 
 # Sentences for the errors a user meets most; the rest print as Name(arg=value, ...).
 TEMPLATES = {
     "StakeBelowMinimum": "stake {provided} is below the minimum of {minimum} for this role",
     "AlreadyRegistered": "{node} is already registered (see `rollnet node status`; add stake with a new key)",
     "NotRegistered": "{node} is not registered: run `rollnet node join --stake ETH` first",
-    "InsufficientActiveStake": "cannot unbond {requested}: only {active} is actively staked",
+    "InsufficientActiveStake": "this needs {requested} of free stake, but only {active} is free (the rest is "
+                               "locked as lease collateral or unbonding)",
     "UnbondingNotFinished": "unbonding stake is not withdrawable until {readyAt}",
     "NothingToWithdraw": "nothing to withdraw: request an unbond first (`rollnet node unbond AMOUNT`)",
     "PeerIdTaken": "this libp2p peer ID is already registered to {owner}",
@@ -35,6 +36,16 @@ TEMPLATES = {
     "BudgetTooSmall": "budget {budget} is smaller than one lease's pay {leaseCost}",
     "InvalidSpec": "job spec field {field} is invalid",
     "TimelineTooLong": "job timeline {timeline}s must be shorter than the unbonding period {unbondingPeriod}s",
+    "PeerSignatureInvalid": "the peer ID's key did not sign this binding (chain, registry and address)",
+    "UnsupportedPeerId": "the peer ID is not a libp2p secp256k1 key (rollnet identities are secp256k1)",
+    "UnpublishedPolicy": "policy version {version} is not published yet: current is {current}",
+    "VersionNotNext": "the next policy version is {current} + 1, not {proposed}",
+    "SeedNotDrawn": "lease {leaseId} has no prompt seed yet: draw it first (drawSeed)",
+    "RandomnessNotReady": "the randomness of block {blockNumber} is not known yet: wait for the next block",
+    "RandomnessExpired": "the randomness of block {blockNumber} is older than 256 blocks and can no longer be drawn",
+    "NotInCommittee": "{validator} is not on the committee of lease {leaseId}, round {round}",
+    "FinalRound": "lease {leaseId} is in its final round: it can no longer be appealed",
+    "WrongBond": "an appeal here posts exactly {expected}, not {provided}",
 }
 
 

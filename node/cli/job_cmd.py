@@ -1,7 +1,9 @@
 """`rollnet job deploy|status`: a requester creates a training job and inspects it.
 
-Invariant: `deploy` validates the spec file and the budget against the registry before sending, so a
-bad spec names its field and costs no gas.
+Invariants: `deploy` validates the spec file, then asks the factory's own `validateSpec` (slash caps, the
+timeline rule) and checks the budget before sending, so a bad spec names its field and costs no gas;
+`status` reads everything from the chain: the spec, the money, and each lease's round, committee and
+outcome.
 """
 
 from __future__ import annotations
@@ -11,16 +13,15 @@ from pathlib import Path
 import typer
 from rich.table import Table
 from rollnet.node.chain.client import ChainClient
-from rollnet.node.chain.job import FactoryClient, JobClient
-from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.chain.job import FactoryClient, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.config import Deployment
 from rollnet.node.delta.checkpoint import content_root
-from rollnet.node.errors import ConfigError
+from rollnet.node.errors import ConfigError, ContractRevert
 from rollnet.node.model.builder import METADATA, load_metadata
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import bf16_policy
-from rollnet.node.spec import load_job_spec
+from rollnet.node.spec import explain_spec_refusal, load_job_spec
 from rollnet.node.units import eth_to_wei, format_eth
 
 app = typer.Typer(help="Create training jobs and inspect them.", no_args_is_help=True)
@@ -47,13 +48,12 @@ def deploy(
         )
     cli = get_context(ctx)
     client, deployment = cli.client(cli.signer(key, dev_account))
-    unbonding = RegistryClient(client, deployment.registry).unbonding_period()
-    if job_spec.timeline_seconds >= unbonding:
-        raise ConfigError(
-            f"{spec}: lease+vote+challenge+resolve seconds ({job_spec.timeline_seconds}) must be shorter than"
-            f" the registry's unbonding period ({unbonding})"
-        )
-    job = FactoryClient(client, deployment.factory).create_job(job_spec.to_abi(client.address), budget_wei)
+    factory = FactoryClient(client, deployment.factory)
+    try:
+        factory.validate(job_spec.to_abi(client.address))
+    except ContractRevert as exc:
+        raise explain_spec_refusal(exc.error_name, exc.error_args, str(spec)) or exc from None
+    job = factory.create_job(job_spec.to_abi(client.address), budget_wei)
     console.print(f"job {job} created with {format_eth(budget_wei)} in escrow")
     console.print(f"inspect it with: rollnet job status {job}")
 
@@ -82,11 +82,16 @@ def resolve_job(client: ChainClient, deployment: Deployment, job: str) -> str:
 
 
 @app.command()
-def status(ctx: typer.Context, job: str = typer.Argument(..., help="job address, or 'latest'")) -> None:
-    """Show a job's spec, escrow, policy version and lease count."""
+def status(
+    ctx: typer.Context,
+    job: str = typer.Argument(..., help="job address, or 'latest'"),
+    leases: int = typer.Option(20, "--leases", min=0, help="show the most recent N leases (0: none)"),
+) -> None:
+    """Show a job's spec, money, policy version, and its recent leases' rounds, committees and outcomes."""
     cli = get_context(ctx)
     client, deployment = cli.client()
-    state = JobClient(client, resolve_job(client, deployment, job)).status()
+    job_client = JobClient(client, resolve_job(client, deployment, job))
+    state = job_client.status()
     spec = state.spec
     table = Table(title=f"job {state.address}", show_header=False)
     table.add_row("requester", state.requester)
@@ -97,11 +102,62 @@ def status(ctx: typer.Context, job: str = typer.Argument(..., help="job address,
     table.add_row("balance", format_eth(state.balance))
     table.add_row("escrow (unspent)", format_eth(state.escrow))
     table.add_row("  reserved for leases", format_eth(state.reserved))
-    table.add_row("owed to workers", format_eth(state.total_owed))
-    table.add_row("challenge bonds", format_eth(state.bonds_held))
+    table.add_row("owed (pull payments)", format_eth(state.total_owed))
+    table.add_row("appeal bonds held", format_eth(state.bonds_held))
+    table.add_row("dispute pools", format_eth(state.pool_held))
+    table.add_row("burned", format_eth(state.burned))
     table.add_row("group size x tasks/lease", f"{spec['group_size']} x {spec['tasks_per_lease']}")
     table.add_row("reward per sample", format_eth(spec["reward_per_sample"]))
     table.add_row("max staleness", str(spec["max_staleness"]))
-    table.add_row("quorum", str(spec["quorum"]))
+    table.add_row("committee", f"{spec['committee_size']} expected (doubling per appeal), {spec['appeal_rounds']} "
+                               "appeals, then every validator")
+    table.add_row("collateral / expiry fee", f"{format_eth(spec['slash_amount'])} / {format_eth(spec['expiry_fee'])}")
+    table.add_row("voter slash / absent", f"{format_eth(spec['voter_slash'])} / {format_eth(spec['absent_penalty'])}")
+    table.add_row("appeal bond", f"{format_eth(spec['appeal_bond'])} (doubling)")
     table.add_row("clip eps / delta", f"{spec['clip_epsilon_milli'] / 1000} / {spec['clip_delta_milli'] / 1000}")
     console.print(table)
+    if leases and state.lease_count:
+        console.print(lease_table(job_client, range(max(1, state.lease_count - leases + 1), state.lease_count + 1)))
+
+
+def lease_table(job: JobClient, lease_ids: range) -> Table:
+    """Each lease's status, round, committee (who voted, which way, with what share) and outcome."""
+    table = Table(title="leases")
+    for column in ("lease", "worker", "status", "round", "committee votes", "outcome"):
+        table.add_column(column)
+    votes: dict[int, list[dict]] = {}
+    for vote in job.votes(from_block=0):
+        votes.setdefault(vote["leaseId"], []).append(vote)
+    for lease_id in lease_ids:
+        lease = job.lease(lease_id)
+        table.add_row(str(lease_id), lease.worker[:10], lease.status.name.lower(), str(lease.round),
+                      _committee_cell(job, lease, votes.get(lease_id, [])), _outcome_cell(job, lease))
+    return table
+
+
+def _committee_cell(job: JobClient, lease: Lease, votes: list[dict]) -> str:
+    if lease.status in (LeaseStatus.LEASED, LeaseStatus.RETURNED):
+        return "-"
+    parts = []
+    for round_ in range(lease.round + 1):
+        state = job.round(lease.lease_id, round_)
+        cast = [v for v in votes if v["round"] == round_]
+        if not state.drawn:
+            parts.append(f"r{round_}: not drawn yet")
+            continue
+        total = state.total_weight
+        ballots = " ".join(f"{v['validator'][:8]}:{'A' if v['accept'] else 'R'}"
+                           f"({v['weight'] / total:.0%})" if total else f"{v['validator'][:8]}" for v in cast)
+        parts.append(f"r{round_}: {ballots or 'no votes'}")
+    return "; ".join(parts)
+
+
+def _outcome_cell(job: JobClient, lease: Lease) -> str:
+    if lease.status is LeaseStatus.VOTING:
+        outcome = job.outcome_of(lease.lease_id)
+        return "voting" if outcome is Outcome.PENDING else f"{outcome.name.lower()} (window closed)"
+    if lease.status is LeaseStatus.DECIDED:
+        return f"{lease.outcome.name.lower()} (appealable until {lease.deadline})"
+    return {LeaseStatus.PAID: "accepted, paid", LeaseStatus.SLASHED: "rejected, slashed",
+            LeaseStatus.LAPSED: "void, nobody paid", LeaseStatus.RETURNED: "expired (fee burned)",
+            LeaseStatus.LEASED: "being worked"}.get(lease.status, lease.status.name.lower())

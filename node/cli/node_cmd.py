@@ -1,8 +1,9 @@
 """`rollnet node join|status|unbond|withdraw|work`: a contributor's stake and identity on chain, and its work.
 
-Invariant: `join` registers the libp2p peer ID of this data directory's identity, so the address and the
-peer the node answers as are bound on chain; stake checks happen before any transaction is sent; `work`
-generates only with a policy version whose weights match the root published on chain. The rollout backend
+Invariant: `join` registers the libp2p peer ID of this data directory's identity with that key's signature
+of the binding, so the address and the peer the node answers as are bound on chain and nobody else can
+claim the peer ID; stake checks happen before any transaction is sent; `work` generates only with a policy
+version whose weights match the root published on chain, behind the stake gate. The rollout backend
 `join --backend` chose (checked to be installed before anything is sent) is `work`'s default.
 """
 
@@ -24,10 +25,8 @@ from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import StorePolicies
-from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, resolve_bootstrap, transport_addr
-from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import b58encode, load_or_create_identity
-from rollnet.node.p2p.objects import ObjectStore
+from rollnet.node.participant import start_participant
 from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.rollout.backend import BACKENDS, PolicyEngine, TransformersEngine, require_vllm
 from rollnet.node.tasks import load_task
@@ -84,7 +83,7 @@ def join(
     if balance < stake_wei:
         raise RollnetError(f"{address} holds {format_eth(balance)}, less than the stake {format_eth(stake_wei)}")
     identity = load_or_create_identity(get_context(ctx).data_dir)
-    registry.join(identity.peer_id_bytes, parsed_role, stake_wei)
+    registry.join(identity, parsed_role, stake_wei)
     (get_context(ctx).data_dir / NODE_SETTINGS).write_text(json.dumps({"backend": backend}))
     console.print(
         f"joined as {parsed_role.name.lower()}: {address} staked {format_eth(stake_wei)}, peer {identity.peer_id}"
@@ -107,16 +106,33 @@ def status(ctx: typer.Context, key: str = KeyOption, dev_account: int = DevAccou
     roles = ", ".join(role.name.lower() for role in Role if role in info.roles)
     table.add_row("peer id", b58encode(info.peer_id))
     table.add_row("roles", roles)
-    table.add_row("active stake", format_eth(info.active))
+    table.add_row("active stake (free)", format_eth(info.active))
+    table.add_row("locked as lease collateral", format_eth(info.locked))
     table.add_row("unbonding", format_eth(info.unbonding))
     if info.unbonding:
         when = datetime.fromtimestamp(info.unbond_ready_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         table.add_row("withdrawable at", when)
-    for role in Role:
+    for role in (Role.WORKER, Role.VALIDATOR):
         if role in info.roles:
             active = "yes" if registry.is_active(address, role) else "no (stake below minimum)"
             table.add_row(f"active {role.name.lower()}", active)
     console.print(table)
+
+
+@app.command("rotate-peer")
+def rotate_peer(ctx: typer.Context, key: str = KeyOption, dev_account: int = DevAccountOption) -> None:
+    """Bind this address to this data directory's libp2p key (proven by the key's signature)."""
+    registry = _registry(ctx, key, dev_account)
+    address = registry.client.address
+    identity = load_or_create_identity(get_context(ctx).data_dir)
+    info = registry.info(address)
+    if not info.registered:
+        raise RollnetError(f"{address} is not registered: run `rollnet node join --stake ETH`")
+    if info.peer_id == identity.peer_id_bytes:
+        console.print(f"{address} is already bound to peer {identity.peer_id}")
+        return
+    registry.set_peer_id(identity)
+    console.print(f"{address} now answers as peer {identity.peer_id}")
 
 
 @app.command()
@@ -193,11 +209,9 @@ def work(
     else:
         engine = TransformersEngine(StorePolicies(store, base, tokenizer, job_client.policy_root), tamper.model)
     events = EventLog(cli.data_dir)
-    node = P2PNode(load_or_create_identity(cli.data_dir), ObjectStore(cli.data_dir / "objects"), gate=None,
-                   listen=listen).start()
+    node = start_participant(registry, job_client, cli.data_dir, cli.data_dir / "objects", listen=listen,
+                             advertise=advertise, bootstrap=bootstrap).node
     try:
-        registry.set_listen_addrs([transport_addr(advertise or node.addr)])
-        node.connect(resolve_bootstrap(bootstrap) + registry_bootstrap_addrs(registry, exclude={node.peer_id}))
         follower = PolicyFollower(node, store, job_client, registry, events)
         follower.ensure_base(base)
         if store.latest is not None and store.latest > 0:

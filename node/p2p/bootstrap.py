@@ -1,8 +1,9 @@
 """Where to find peers: configured multiaddrs, or the chain's registry of staked nodes.
 
 Invariant: a registry-derived address always ends in /p2p/<the peer ID registered on chain>, so dialing it
-authenticates exactly the staked identity (Noise fails otherwise); nodes without active stake or without
-published listen addresses are skipped; only the listed transports are used, nothing is discovered on
+authenticates exactly the registered identity (Noise fails otherwise); nodes without active worker or
+validator stake (unless named in `also`, like the job's trainer) or without published listen addresses
+are skipped; only the listed transports are used, nothing is discovered on
 the local network (no mDNS).
 """
 
@@ -11,18 +12,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.errors import ConfigError
 from rollnet.node.p2p.identity import b58encode
 
 
 def registry_bootstrap_addrs(registry: RegistryClient, *, from_block: int = 0, exclude: set[str] | None = None,
-                             limit: int = 64) -> list[str]:
-    """Dialable multiaddrs of active, staked nodes that published listen addresses."""
+                             also: set[str] | None = None, limit: int = 64) -> list[str]:
+    """Dialable multiaddrs of staked nodes (and of the addresses in `also`) that published listen addresses."""
     out: list[str] = []
+    also = {a.lower() for a in also or ()}
     for address in registry.registered_addresses(from_block):
         info = registry.info(address)
-        if not info.registered or not any(registry.is_active(address, role) for role in Role if role in info.roles):
+        if not info.registered or not (address.lower() in also or registry.is_staked(address)):
             continue
         peer_id = b58encode(info.peer_id)
         if exclude and peer_id in exclude:

@@ -1,9 +1,12 @@
 """Who may use a node's protected protocols: peers whose authenticated peer ID is registered on chain to an
-active, staked address (or explicitly trusted, like the job's trainer), with answers cached.
+address with active stake as a worker or validator, or to a trusted address (the job's trainer, whose
+registration proves its peer ID but carries no stake), with answers cached.
 
 Invariants: the decision uses only the peer ID that the Noise handshake authenticated, never anything the
-peer says about itself; a chain error denies (fail closed) and is not cached; answers are cached for `ttl`
-seconds (denials for less), so a flood of requests costs one chain lookup per peer per window.
+peer says about itself, and the registry binds a peer ID only to the address its key signed for, so nobody
+passes as another's peer; a registration without stake (the trainer role) admits only a trusted address;
+a chain error denies (fail closed) and is not cached; answers are cached for `ttl` seconds (denials for
+less), so a flood of requests costs one chain lookup per peer per window.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.errors import RollnetError
 from rollnet.node.p2p.identity import b58decode
 
@@ -28,10 +31,11 @@ class Admission:
 
 
 class PeerGate:
-    def __init__(self, registry: RegistryClient | None, *, trusted: set[str] | None = None, ttl: float = 30.0,
-                 deny_ttl: float = 5.0):
+    def __init__(self, registry: RegistryClient | None, *, trusted: set[str] | None = None,
+                 trusted_owners: set[str] | None = None, ttl: float = 30.0, deny_ttl: float = 5.0):
         self.registry = registry
-        self.trusted = set(trusted or ())
+        self.trusted = set(trusted or ())  # peer IDs
+        self.trusted_owners = {owner.lower() for owner in trusted_owners or ()}  # addresses
         self.ttl = ttl
         self.deny_ttl = deny_ttl
         self._cache: dict[str, tuple[float, Admission]] = {}
@@ -65,7 +69,9 @@ class PeerGate:
             owner = self.registry.owner_of_peer(raw)
             if owner is None:
                 return Admission(False, None, "peer id not registered")
-            active = any(self.registry.is_active(owner, role) for role in Role)
+            if owner.lower() in self.trusted_owners:
+                return Admission(True, owner, "trusted address")
+            active = self.registry.is_staked(owner)
         except RollnetError as exc:
             log.warning("gate: chain lookup for %s failed: %s", peer_id, exc)
             return Admission(False, None, "chain unavailable")

@@ -2,7 +2,7 @@
 
 Invariants:
 - Noise + yamux only, listening on loopback unless configured otherwise; the identity is the data
-  directory's ed25519 key, so the peer ID is the one `rollnet node join` registered.
+  directory's secp256k1 key, so the peer ID is the one `rollnet node join` registered (and proved).
 - Protected protocols (object transfer, rollout push, policy pull) first ask the PeerGate about the peer ID the Noise
   handshake authenticated; a refused peer's stream is reset before anything is read.
 - No handler exception ever escapes (py-libp2p would tear the host down): every handler ends in a logged
@@ -23,10 +23,9 @@ from typing import Any
 
 import multiaddr
 import trio
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from libp2p import new_host
-from libp2p.crypto.ed25519 import Ed25519PrivateKey
 from libp2p.crypto.keys import KeyPair
+from libp2p.crypto.secp256k1 import create_new_key_pair as create_secp256k1_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_x25519_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.config import ConnectionConfig
@@ -72,9 +71,7 @@ class GossipMessage:
 
 
 def _key_pair(identity: PeerIdentity) -> KeyPair:
-    seed = identity.private_key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-    private = Ed25519PrivateKey.from_bytes(seed)
-    return KeyPair(private, private.get_public_key())
+    return create_secp256k1_key_pair(identity.secret)
 
 
 class P2PNode:

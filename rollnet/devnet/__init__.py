@@ -24,7 +24,9 @@ from rollnet.devnet.report import write_report
 from rollnet.node.chain.job import LeaseStatus
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.cli.context import make_console
-from rollnet.node.errors import ContractRevert, RollnetError
+from rollnet.node.errors import RollnetError
+from rollnet.node.events import EventLog
+from rollnet.node.keeper import Keeper
 from rollnet.node.model.loading import load_policy
 
 __all__ = ["Devnet", "DevnetConfig", "devnet", "finish_run", "run_devnet"]
@@ -62,34 +64,35 @@ def watch(net: Devnet, state: RunState, console: Console, live: bool, timeout_s:
 
 def settle(net: Devnet, console: Console, wait_s: float = 90.0) -> None:
     """Wind down like a requester whose training is done: close the job (no new claims; workers keep
-    serving), let validators decide every batch in flight, stop everyone, then settle each decided batch
-    once its challenge window has passed (`finalize` is open to anyone: the orchestrator is the keeper)
-    and sweep the escrow that settling released back to the requester."""
+    serving), let committees decide every batch in flight, stop everyone, then, as the keeper anyone may be,
+    move the chain's clock past every appeal window and settle each lease (paid, slashed, void or returned),
+    slash the voters who lost, and sweep the escrow that settling released back to the requester."""
     job = net.job_client()
     job.close()
-    in_flight = (LeaseStatus.LEASED, LeaseStatus.SUBMITTED)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        now = job.client.latest_timestamp()
+        now = job.client.now()
         leases = [job.lease(i) for i in range(1, job.lease_count() + 1)]
-        if not any(lease.status in in_flight and lease.deadline >= now for lease in leases):
+        if not any(lease.status in (LeaseStatus.LEASED, LeaseStatus.VOTING) and lease.deadline >= now
+                   for lease in leases):
             break
         time.sleep(0.5)
     net.stop_roles("validator", "worker", "cheater")
-    decided = [lease for lease in (job.lease(i) for i in range(1, job.lease_count() + 1))
-               if lease.status in (LeaseStatus.ACCEPTED, LeaseStatus.REJECTED)]
-    last_deadline = max((lease.deadline for lease in decided), default=0)
-    while True:
-        # Anvil mines only when sent a transaction; an empty block is how "time passes" on this chain.
-        job.client.rpc("evm_mine", [])
-        if job.client.latest_timestamp() > last_deadline:
-            break
-        time.sleep(0.5)
-    for lease in decided:
-        with contextlib.suppress(ContractRevert):
-            job.finalize(lease.lease_id)
+    spec = job.spec()
+    open_leases = [lease for lease in (job.lease(i) for i in range(1, job.lease_count() + 1)) if not lease.final]
+    last = max((lease.deadline + spec["appeal_window"] for lease in open_leases), default=0)
+    now = job.client.now()
+    if last >= now:  # nobody is left to act: the keeper fast-forwards the local chain past every window
+        job.client.rpc("evm_increaseTime", [last - now + 1])
+    job.client.rpc("evm_mine", [])
+    keeper = Keeper(job, EventLog(None), spec)
+    now = job.client.now()
+    for lease in open_leases:
+        keeper.act(job.lease(lease.lease_id), now)
+    for lease in open_leases:
+        keeper.slash_losers(lease.lease_id)
     job.close()
-    console.print("settled: every decided batch paid or slashed after its challenge window; escrow refunded")
+    console.print("settled: every lease paid, slashed, void or returned after its appeal window; escrow refunded")
 
 
 def finish_run(net: Devnet, state: RunState, console: Console) -> dict:

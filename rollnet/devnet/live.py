@@ -32,7 +32,7 @@ def render(state: RunState, started: float, steps: int, budget: int, alive: dict
     header.add_row(
         f"delta {last['delta_bytes'] or 0:,} B" if last else "delta -",
         f"broadcast {max(b['broadcast_s'] for b in broadcasts):.2f} s" if broadcasts else "broadcast -",
-        f"accepted {chain.decided['accepted']}  rejected {chain.decided['rejected']}  "
+        f"decided {chain.rounds['accepted']}✓ {chain.rounds['rejected']}✗  "
         f"slashed {sum(1 for v in chain.slashed.values() if v)}",
         f"escrow {format_eth(chain.escrow)}",
         f"staleness budget {budget}",

@@ -53,11 +53,11 @@ class DevnetConfig:
     tasks_per_lease: int = 8
     group_size: int = 8
     lr: float = 2e-5
-    stake_eth: int = 10
+    stake_eth: int = 100  # each open lease locks 1 ETH of collateral until it settles (after the appeal window)
     budget_eth: int = 50
     lease_seconds: int = 60
     vote_seconds: int = 120
-    challenge_seconds: int = 8
+    appeal_seconds: int = 60  # the factory's shortest window
     held_out_every: int = 10
     max_undecided: int = 1
     model: Path | None = None
@@ -78,8 +78,10 @@ class DevnetConfig:
             raise ConfigError("--steps must be at least 1")
 
     @property
-    def quorum(self) -> int:
-        return min(2, self.validators)
+    def committee_size(self) -> int:
+        """Expected first-round committee: every validator up to three (with equal stakes all of them sit, and
+        a round is decided once votes holding more than half the validator stake agree)."""
+        return min(3, self.validators)
 
 
 @dataclass
@@ -139,7 +141,7 @@ class Devnet:
                 registry = RegistryClient(ChainClient(self.anvil.url, dev_account(person.account)),
                                           self.deployment.registry)
                 role = Role.VALIDATOR if person.role == "validator" else Role.WORKER
-                registry.join(identity.peer_id_bytes, role, config.stake_eth * ETH)
+                registry.join(identity, role, config.stake_eth * ETH)
         self.launch("trainer")
         bootstrap = self._trainer_addr()
         for person in self.participants.values():
@@ -153,11 +155,11 @@ class Devnet:
         root = load_metadata(self.model)["bf16_content_root"]
         spec = JobSpecFile(
             model="embedded", model_root="0x" + root, task="addition-2digit", trainer=dev_account(TRAINER).address,
-            arbiter="self", group_size=config.group_size, tasks_per_lease=config.tasks_per_lease,
-            max_staleness=config.max_staleness, quorum=config.quorum, clip_epsilon=0.2, clip_delta=4.0,
-            lease_seconds=config.lease_seconds, vote_seconds=config.vote_seconds,
-            challenge_seconds=config.challenge_seconds, resolve_seconds=60, reward_per_sample_eth="0.001",
-            slash_eth="1", challenge_bond_eth="0.5")
+            group_size=config.group_size, tasks_per_lease=config.tasks_per_lease,
+            max_staleness=config.max_staleness, committee_size=config.committee_size, appeal_rounds=1,
+            clip_epsilon=0.2, clip_delta=4.0, lease_seconds=config.lease_seconds, vote_seconds=config.vote_seconds,
+            appeal_seconds=config.appeal_seconds, reward_per_sample_eth="0.001", slash_eth="1",
+            expiry_fee_eth="0.05", voter_slash_eth="1", absent_penalty_eth="0.1", appeal_bond_eth="0.5")
         return FactoryClient(requester, self.deployment.factory).create_job(spec.to_abi(requester.address),
                                                                            config.budget_eth * ETH)
 

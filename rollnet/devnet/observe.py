@@ -20,7 +20,8 @@ from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.events import read_events
 
 CONTRACTS = ("TrainingJob", "NodeRegistry", "JobFactory")
-SETUP_CALLS = {"join", "createJob", "setListenAddrs", "(deploy)", "setFactory"}
+OUTCOMES = {1: "accepted", 2: "rejected", 3: "void"}
+SETUP_CALLS = {"join", "createJob", "setAddrs", "setListenAddrs", "(deploy)", "setFactory"}
 
 
 @dataclass
@@ -48,7 +49,10 @@ class ChainSnapshot:
     escrow: int = 0
     stake: dict[str, int] = field(default_factory=dict)
     owed: dict[str, int] = field(default_factory=dict)
-    decided: Counter = field(default_factory=Counter)  # accepted / rejected
+    decided: Counter = field(default_factory=Counter)  # accepted / rejected / void: final outcomes (settled)
+    rounds: Counter = field(default_factory=Counter)  # round decisions by outcome, appeals included
+    committees: dict[int, list[dict]] = field(default_factory=dict)  # lease -> votes (round, validator, accept, share)
+    appeals: list[dict] = field(default_factory=list)
     settled_paid: dict[str, int] = field(default_factory=dict)  # worker -> wei credited
     slashed: dict[str, int] = field(default_factory=dict)  # node -> wei slashed
     withdrawn: dict[str, int] = field(default_factory=dict)
@@ -61,6 +65,7 @@ class RunState:
         self._paths = {name: folder / "events.jsonl" for name, _, _, folder in participants}
         self.chain = ChainSnapshot()
         self._event_block = 0
+        self._totals: dict[tuple[int, int], int] = {}
 
     def name_of(self, address: str) -> str:
         for person in self.people.values():
@@ -111,22 +116,39 @@ class RunState:
         snapshot.block = client.block_number()
         snapshot.version, snapshot.leases, snapshot.escrow = status.current_version, status.lease_count, status.escrow
         for person in self.people.values():
-            snapshot.stake[person.name] = registry.info(person.address).active
+            info = registry.info(person.address)
+            snapshot.stake[person.name] = info.active + info.locked
             snapshot.owed[person.name] = job.owed(person.address)
         head = snapshot.block
         if head >= self._event_block:
-            for event in client.events(job.contract, "Decided", self._event_block, head):
-                snapshot.decided["accepted" if event["args"]["accepted"] else "rejected"] += 1
+            for event in client.events(job.contract, "RoundDecided", self._event_block, head):
+                snapshot.rounds[OUTCOMES.get(event["args"]["outcome"], "pending")] += 1
+            for event in client.events(job.contract, "CommitteeDrawn", self._event_block, head):
+                self._totals[(event["args"]["leaseId"], event["args"]["round"])] = event["args"]["totalWeight"]
+            for event in client.events(job.contract, "Voted", self._event_block, head):
+                args = event["args"]
+                total = self._totals.get((args["leaseId"], args["round"])) or 0
+                snapshot.committees.setdefault(args["leaseId"], []).append(
+                    {"round": args["round"], "validator": self.name_of(args["validator"]), "accept": args["accept"],
+                     "share": args["weight"] / total if total else None})
+            for event in client.events(job.contract, "Appealed", self._event_block, head):
+                snapshot.appeals.append({"lease": event["args"]["leaseId"], "round": event["args"]["round"],
+                                         "appellant": self.name_of(event["args"]["appellant"])})
             for event in client.events(job.contract, "Settled", self._event_block, head):
-                if event["args"]["accepted"]:
+                snapshot.decided[OUTCOMES.get(event["args"]["outcome"], "pending")] += 1
+                if event["args"]["paid"]:
                     name = self.name_of(event["args"]["worker"])
-                    snapshot.settled_paid[name] = snapshot.settled_paid.get(name, 0) + event["args"]["amount"]
+                    snapshot.settled_paid[name] = snapshot.settled_paid.get(name, 0) + event["args"]["paid"]
             for event in client.events(job.contract, "PaymentWithdrawn", self._event_block, head):
                 name = self.name_of(event["args"]["account"])
                 snapshot.withdrawn[name] = snapshot.withdrawn.get(name, 0) + event["args"]["amount"]
             for event in client.events(registry.contract, "Slashed", self._event_block, head):
                 name = self.name_of(event["args"]["node"])
                 snapshot.slashed[name] = snapshot.slashed.get(name, 0) + event["args"]["amount"]
+            for event in client.events(registry.contract, "CollateralReleased", self._event_block, head):
+                if event["args"]["taken"]:  # a rejected lease's collateral, or an expired lease's fee
+                    name = self.name_of(event["args"]["node"])
+                    snapshot.slashed[name] = snapshot.slashed.get(name, 0) + event["args"]["taken"]
             self._event_block = head + 1
 
 

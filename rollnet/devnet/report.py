@@ -87,6 +87,13 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
             "earned_wei": {n: chain.owed.get(n, 0) + chain.withdrawn.get(n, 0) for n in state.people},
             "paid_wei": chain.settled_paid, "slashed_wei": chain.slashed, "stake_wei": chain.stake,
         },
+        "committees": {
+            "leases_voted": len(chain.committees),
+            "round_decisions": dict(chain.rounds),
+            "appeals": chain.appeals,
+            "mean_members_voting": _mean([len(votes) for votes in chain.committees.values()]),
+            "by_lease": {str(lease): votes for lease, votes in sorted(chain.committees.items())},
+        },
         "verdicts": {p.name: {"accept": sum(v["accept"] for v in p.of("verdict")),
                               "reject": sum(not v["accept"] for v in p.of("verdict")),
                               "reasons": sorted({v["reason"] for v in p.of("verdict") if not v["accept"]})}
@@ -189,6 +196,10 @@ def _plot_money(report: dict, path: Path) -> Path:
 # ---------------------------------------------------------------------- markdown
 
 
+def _appeals(appeals: list[dict]) -> str:
+    return ", ".join(f"lease {a['lease']} to round {a['round']} by {a['appellant']}" for a in appeals)
+
+
 def markdown(report: dict) -> str:
     held, staleness, prediction = report["held_out"], report["staleness"], report["prediction"]
     deltas, gas, money, run = report["deltas"], report["gas"], report["money"], report["run"]
@@ -208,8 +219,11 @@ def markdown(report: dict) -> str:
         f"| gas per accepted sample | {gas['gas_per_accepted_sample']:,.0f} ({gas['market_gas']:,} gas for "
         f"{gas['accepted_samples']} samples) |" if gas["gas_per_accepted_sample"]
         else "| gas per accepted sample | - |",
-        f"| batches decided | {money['decided'].get('accepted', 0)} accepted, {money['decided'].get('rejected', 0)} "
-        "rejected |", "",
+        f"| batches settled | {money['decided'].get('accepted', 0)} accepted, {money['decided'].get('rejected', 0)} "
+        f"rejected, {money['decided'].get('void', 0)} void |",
+        f"| committees | {report['committees']['leases_voted']} leases voted on, "
+        f"{report['committees']['mean_members_voting']:.1f} votes per lease, "
+        f"{len(report['committees']['appeals'])} appeals |", "",
         "## Staleness: prediction against the run", "",
         f"`rollnet budget` on this run's numbers: {prediction['params']:,} parameters, a measured change fraction "
         f"of {prediction['change']:.4f}, a measured loopback transfer rate of {prediction['link_bps'] / 1e6:,.0f} "
@@ -226,6 +240,16 @@ def markdown(report: dict) -> str:
         "| participant | earned | slashed | stake now |", "|---|---|---|---|",
         *[f"| {n} | {money['earned_wei'].get(n, 0) / WEI:.4f} ETH | {money['slashed_wei'].get(n, 0) / WEI:.4f} ETH | "
           f"{money['stake_wei'].get(n, 0) / WEI:.4f} ETH |" for n in sorted(money["stake_wei"])], "",
+        "## Committees", "",
+        "Each batch is judged by a committee drawn after its submission from the hash of the submission block, "
+        "weighted by the validators' stake at the block before; a round is decided as soon as votes holding more "
+        "than half of the validator stake agree, else at its vote deadline. Votes per lease (round: validator "
+        "accept/reject, share of the round's total weight), first 12 leases:", "",
+        "| lease | votes |", "|---|---|",
+        *[f"| {lease} | " + ", ".join(f"r{v['round']} {v['validator']} {'A' if v['accept'] else 'R'}"
+                                     + (f" ({v['share']:.0%})" if v["share"] is not None else "") for v in votes)
+          + " |" for lease, votes in list(report["committees"]["by_lease"].items())[:12]], "",
+        *([f"Appeals: {_appeals(report['committees']['appeals'])}.", ""] if report["committees"]["appeals"] else []),
         "## Verdicts", "",
         *[f"- {name}: {v['accept']} accepted, {v['reject']} rejected" + (f" ({'; '.join(v['reasons'])})"
                                                                          if v["reasons"] else "")

@@ -1,0 +1,147 @@
+"""Chores anyone may do on a job, shared by every role: return expired leases, settle leases whose outcome is
+final, slash the voters who voted against a final outcome, collect rewards and withdraw pay.
+
+Invariants: an action is sent only when the chain's own rules allow it at the latest block's time (`due`
+mirrors TrainingJob's deadlines: a vote window that passed counts as closed, its appeal window counted
+from the vote deadline; the final round settles at once), so a keeper never pays for a revert it could
+foresee; a race lost to another keeper (a ContractRevert) is harmless and ignored; everything owed is
+pulled by its owner (`collect`), never pushed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from rollnet.node.chain.job import SETTLED_STATUSES, JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.errors import ContractRevert
+from rollnet.node.events import EventLog
+
+log = logging.getLogger(__name__)
+
+
+def due(lease: Lease, now: int, spec: dict) -> str | None:
+    """The keeper action the chain allows on `lease` at time `now`: 'reclaim', 'finalize' or None."""
+    final_round = lease.round >= spec["appeal_rounds"]
+    if lease.status is LeaseStatus.LEASED and now > lease.deadline:
+        return "reclaim"
+    if lease.status is LeaseStatus.VOTING and now > lease.deadline:
+        return "finalize" if final_round or now > lease.deadline + spec["appeal_window"] else None
+    if lease.status is LeaseStatus.DECIDED and (final_round or now > lease.deadline):
+        return "finalize"
+    return None
+
+
+def appealable(lease: Lease, now: int, spec: dict) -> bool:
+    """Whether the lease's current decision (or closed vote window) can still be appealed at `now`."""
+    if lease.round >= spec["appeal_rounds"]:
+        return False
+    if lease.status is LeaseStatus.DECIDED:
+        return now <= lease.deadline
+    return lease.status is LeaseStatus.VOTING and lease.deadline < now <= lease.deadline + spec["appeal_window"]
+
+
+def appeal_deadline(lease: Lease, spec: dict) -> int | None:
+    """Until when the lease's current decision can be appealed (None while its votes are open or once final)."""
+    if lease.round >= spec["appeal_rounds"]:
+        return None
+    if lease.status is LeaseStatus.DECIDED:
+        return lease.deadline
+    return lease.deadline + spec["appeal_window"] if lease.status is LeaseStatus.VOTING else None
+
+
+def final_outcome(job: JobClient, lease: Lease, now: int, spec: dict) -> Outcome | None:
+    """The lease's outcome once nothing can change it any more (settled, the final round decided, or an
+    appeal window passed unused), else None; an expired lease counts as void."""
+    settled = {LeaseStatus.PAID: Outcome.ACCEPT, LeaseStatus.SLASHED: Outcome.REJECT,
+               LeaseStatus.LAPSED: Outcome.VOID, LeaseStatus.RETURNED: Outcome.VOID}
+    if lease.status in settled:
+        return settled[lease.status]
+    if due(lease, now, spec) == "finalize":
+        return current_outcome(job, lease, now)
+    return None
+
+
+def current_outcome(job: JobClient, lease: Lease, now: int) -> Outcome:
+    """The lease's current round's outcome, counting a passed vote window as closed."""
+    if lease.status is LeaseStatus.VOTING and now > lease.deadline:
+        return job.outcome_of(lease.lease_id)
+    return lease.outcome
+
+
+class Keeper:
+    def __init__(self, job: JobClient, events: EventLog, spec: dict | None = None):
+        self.job = job
+        self.events = events
+        self.spec = spec or job.spec()
+
+    def act(self, lease: Lease, now: int) -> str | None:
+        """Do whatever the chain allows on `lease` now; returns the action taken."""
+        action = due(lease, now, self.spec)
+        if action is None:
+            return None
+        try:
+            getattr(self.job, action)(lease.lease_id)
+        except ContractRevert as exc:
+            log.info("lease %d: %s lost a race (%s)", lease.lease_id, action, exc.error_name)
+            return None
+        self.events.emit(action, lease=lease.lease_id, worker=lease.worker, status=lease.status.name.lower())
+        return action
+
+    def slash_losers(self, lease_id: int) -> int:
+        """Slash every voter who voted against a settled lease's final outcome (each once); returns how many."""
+        lease = self.job.lease(lease_id)
+        if lease.status not in SETTLED_STATUSES or lease.outcome not in (Outcome.ACCEPT, Outcome.REJECT):
+            return 0
+        accepted = lease.outcome is Outcome.ACCEPT
+        losers = dict.fromkeys(v["validator"] for v in self.job.votes(lease_id) if v["accept"] != accepted)
+        slashed = 0
+        for voter in losers:
+            try:
+                self.job.slash_loser(lease_id, voter)
+            except ContractRevert:
+                continue  # already slashed by another keeper
+            self.events.emit("slash_loser", lease=lease_id, voter=voter)
+            slashed += 1
+        return slashed
+
+    def penalize_absentees(self, lease: Lease, candidates: Callable[[], Iterable[str]]) -> int:
+        """Penalize every drawn member among `candidates()` (asked only if needed: the job's enlisted validators)
+        who did not vote in a round of `lease` that ran to its deadline (rounds decided early ask nothing more of
+        their members); returns how many."""
+        penalized = 0
+        members: list[str] | None = None
+        for round_ in range(lease.round + 1):
+            state = self.job.round(lease.lease_id, round_)
+            leading = max(state.accept_weight, state.reject_weight)
+            if not state.drawn or 2 * leading > state.total_weight:
+                continue
+            members = list(candidates()) if members is None else members
+            for member in members:
+                if member.lower() == lease.worker.lower() or round_ in self.job.ballot(lease.lease_id, member):
+                    continue
+                if not self.job.member_weight(lease.lease_id, round_, member):
+                    continue
+                try:
+                    self.job.penalize_absent(lease.lease_id, round_, member)
+                except ContractRevert:
+                    continue  # already penalized
+                self.events.emit("penalize_absent", lease=lease.lease_id, round=round_, member=member)
+                penalized += 1
+        return penalized
+
+    def collect(self, lease_ids: Iterable[int]) -> int:
+        """Claim this account's rewards from settled leases, then withdraw everything owed; returns wei withdrawn."""
+        me = self.job.client.address
+        for lease_id in lease_ids:
+            if self.job.reward_of(lease_id, me) > 0:
+                try:
+                    self.job.claim_reward(lease_id)
+                    self.events.emit("claim_reward", lease=lease_id)
+                except ContractRevert:
+                    pass
+        owed = self.job.owed(me)
+        if owed:
+            self.job.withdraw_payment()
+            self.events.emit("withdraw", wei=owed)
+        return owed
