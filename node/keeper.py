@@ -88,13 +88,15 @@ class Keeper:
         self.events.emit(action, lease=lease.lease_id, worker=lease.worker, status=lease.status.name.lower())
         return action
 
-    def slash_losers(self, lease_id: int) -> int:
-        """Slash every voter who voted against a settled lease's final outcome (each once); returns how many."""
+    def slash_losers(self, lease_id: int, from_block: int = 0) -> int:
+        """Slash every voter who voted against a settled lease's final outcome (each once); returns how many.
+        `from_block` (the lease's submission block, when known) bounds the search for its votes."""
         lease = self.job.lease(lease_id)
         if lease.status not in SETTLED_STATUSES or lease.outcome not in (Outcome.ACCEPT, Outcome.REJECT):
             return 0
         accepted = lease.outcome is Outcome.ACCEPT
-        losers = dict.fromkeys(v["validator"] for v in self.job.votes(lease_id) if v["accept"] != accepted)
+        votes = self.job.votes(lease_id, from_block=from_block)
+        losers = dict.fromkeys(v["validator"] for v in votes if v["accept"] != accepted)
         slashed = 0
         for voter in losers:
             try:

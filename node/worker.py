@@ -118,7 +118,7 @@ class WorkerLoop:
     events: EventLog
     delay_s: float = 0.0
     tamper: Tamper = HONEST
-    keeper_every_s: float = 2.0
+    keeper_every_s: float = 5.0
     max_undecided: int = 1
     submitted: int = 0
     _undecided: list[int] = field(default_factory=list)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from eth_account.signers.local import LocalAccount
-from rollnet.node.chain.job import JobClient, LeaseStatus, Outcome
+from rollnet.node.chain.job import JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.errors import ChainUnavailable, ContractRevert, PolicyUnavailable
 from rollnet.node.events import EventLog
@@ -71,6 +71,8 @@ class ValidatorDaemon:
         self.spec = self._retrying(job.spec)
         self.keeper = Keeper(job, self.events, self.spec)
         self._enlisted = False
+        self._leases: dict[int, Lease] = {}  # this round's reads of the chain: each lease read once per round
+        self._now: int | None = None
 
     def _retrying(self, call: Callable, *args: object) -> object:
         """Run a chain call, backing off while the chain is unavailable."""
@@ -91,7 +93,15 @@ class ValidatorDaemon:
         return self.account.address
 
     def _chain_time(self) -> int:
-        return self.job.client.now()
+        if self._now is None:
+            self._now = self.job.client.now()
+        return self._now
+
+    def _lease(self, lease_id: int) -> Lease:
+        """The lease as read once this round (our own transactions on it forget the read)."""
+        if lease_id not in self._leases:
+            self._leases[lease_id] = self._retrying(self.job.lease, lease_id)
+        return self._leases[lease_id]
 
     def follow_events(self) -> int:
         """Record BatchSubmitted and Appealed events since the cursor; returns how many submissions were new."""
@@ -131,7 +141,7 @@ class ValidatorDaemon:
         for pending in self.store.open_rows(self.job.address):
             if not pending.member or pending.accept is not None:
                 continue
-            lease = self._retrying(self.job.lease, pending.lease_id)
+            lease = self._lease(pending.lease_id)
             if lease.round != pending.round:
                 continue  # the ledger has not followed an appeal yet
             voting = lease.status is LeaseStatus.VOTING and now <= lease.deadline
@@ -179,7 +189,7 @@ class ValidatorDaemon:
         for row in self.store.open_rows(self.job.address):
             if not row.member or row.accept is None or row.voted_round >= row.round:
                 continue
-            lease = self._retrying(self.job.lease, row.lease_id)
+            lease = self._lease(row.lease_id)
             voted = row.round in self._retrying(self.job.ballot, row.lease_id, self.me)
             if voted or lease.round != row.round or lease.status is not LeaseStatus.VOTING or now > lease.deadline:
                 done.append(row)  # voted before a crash, or the round closed without us
@@ -193,6 +203,7 @@ class ValidatorDaemon:
             self.store.mark_voted(self.job.address, row.lease_id, row.round)
         for lease_id, (_, round_) in votes.items():
             self.store.mark_voted(self.job.address, lease_id, round_)
+            self._leases.pop(lease_id, None)
         return len(votes)
 
     def appeal_lost_rounds(self) -> int:
@@ -206,7 +217,7 @@ class ValidatorDaemon:
         for row in self.store.open_rows(self.job.address):
             if row.accept is None or is_unavailability(row.reason):
                 continue  # no verdict of ours (we were never drawn), or only "we could not get the data"
-            lease = self._retrying(self.job.lease, row.lease_id)
+            lease = self._lease(row.lease_id)
             if not appealable(lease, now, self.spec):
                 continue
             outcome = current_outcome(self.job, lease, now)
@@ -217,6 +228,7 @@ class ValidatorDaemon:
             except ContractRevert as exc:
                 log.info("lease %d: appeal refused (%s)", row.lease_id, exc.error_name)
                 continue
+            self._leases.pop(row.lease_id, None)
             log.warning("lease %d: round %d decided %s against our verdict (%s): appealed", row.lease_id,
                         lease.round, outcome.name.lower(), row.reason)
             self.events.emit("appeal", lease=row.lease_id, round=lease.round + 1, against=outcome.name.lower(),
@@ -230,12 +242,12 @@ class ValidatorDaemon:
         now = self._retrying(self._chain_time)
         settled = []
         for row in self.store.open_rows(self.job.address):
-            lease = self._retrying(self.job.lease, row.lease_id)
+            lease = self._lease(row.lease_id)
             if not lease.final:
                 self.keeper.act(lease, now)
                 continue
             if row.voted_round >= 0 and lease.status is not LeaseStatus.RETURNED:
-                report.slashed_voters += self.keeper.slash_losers(row.lease_id)
+                report.slashed_voters += self.keeper.slash_losers(row.lease_id, from_block=lease.anchor_block)
                 report.penalized += self.keeper.penalize_absentees(lease, self._validators)
                 settled.append(row.lease_id)
             self.store.close(self.job.address, row.lease_id)
@@ -255,6 +267,7 @@ class ValidatorDaemon:
         self._enlisted = True
 
     def run_once(self) -> RoundReport:
+        self._leases, self._now = {}, None
         self.enlist()
         report = RoundReport(new_submissions=self.follow_events())
         report.drawn = self.find_membership()

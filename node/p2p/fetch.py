@@ -25,8 +25,9 @@ def p2p_fetcher(node: P2PNode, registry: RegistryClient, timeout_s: float = 20.0
             return node.store.read(root)
         try:
             peer = b58encode(registry.info(worker).peer_id)
-            node.connect([addr if "/p2p/" in addr else f"{addr.rstrip('/')}/p2p/{peer}"
-                          for addr in registry.listen_addrs(worker)])
+            if peer not in node.connected_peers():
+                node.connect([addr if "/p2p/" in addr else f"{addr.rstrip('/')}/p2p/{peer}"
+                              for addr in registry.listen_addrs(worker)])
             node.fetch(root, [peer], timeout=timeout_s)
             return node.store.read(root)
         except Exception as exc:  # noqa: BLE001 - any failure to obtain the data is "unavailable"
