@@ -58,6 +58,11 @@ class BadSignature(DeltaError):
     """The delta is not signed by the expected trainer."""
 
 
+class UnsupportedDelta(DeltaError):
+    """The delta, or the weights it is applied to, uses what this codec cannot carry or write in place: a dtype
+    outside the format, a tensor whose elements overlap in memory, or a size beyond the node's bound."""
+
+
 def first_validation_problem(exc: Exception) -> str:
     """'field.path: message' for the first problem of a pydantic ValidationError, for one-line errors."""
     errors = exc.errors()  # type: ignore[attr-defined]

@@ -1,7 +1,11 @@
 """A requester's job spec: the TOML file `rollnet job deploy --spec` reads, validated, and its ABI tuple.
 
 Invariants: a spec that passes `load_job_spec` is well-formed (types, ranges, at most 3 decimals for the
-clip values); the chain-dependent rules (slash caps at the registry's minimum stakes, the timeline rule
+clip values, amounts in whole wei and at most MAX_ETH); whatever bytes the file holds, a refusal is one
+`ConfigError` line naming the file and at most a few fields, never a traceback. `check_workable` refuses a
+spec no worker could run (a task the task registry does not know; a model other than the embedded one with
+no model_root for workers to check their weights against); `rollnet job deploy` runs it before any
+transaction. The chain-dependent rules (slash caps at the registry's minimum stakes, the timeline rule
 against the unbonding period) live only in `JobFactory.validateSpec`, which `rollnet job deploy` asks
 before sending anything, so a bad field is reported by its name in this file and costs no gas. Amounts
 are ETH strings, durations seconds. There is no arbiter: outcomes come from validator committees.
@@ -15,13 +19,26 @@ from pathlib import Path
 from typing import Annotated
 
 from eth_utils import is_address, keccak, to_checksum_address
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rollnet.node.errors import ConfigError
-from rollnet.node.units import eth_to_wei
+from rollnet.node.units import WEI_PER_ETH, eth_to_wei
 
 DAY = 86_400
+MAX_ETH = Decimal(10) ** 9  # more ETH than will ever exist (about 1.2e8 today): anything above is a typo
+MAX_SPEC_BYTES = 64 * 1024  # examples/job.toml is 3 KiB
+MAX_NAME_CHARS = 256
+MAX_PROBLEMS_SHOWN = 4
+KNOWN_MODELS = ("embedded",)  # model names whose weights rollnet itself builds; any other needs a model_root
+
+
+def _whole_wei(value: Decimal) -> Decimal:
+    if (value * WEI_PER_ETH) % 1:
+        raise ValueError("has more than 18 decimal places (1 wei is 1e-18 ETH)")
+    return value
+
+
 Seconds = Annotated[int, Field(ge=1, le=30 * DAY)]
-EthAmount = Annotated[Decimal, Field(gt=0)]
+EthAmount = Annotated[Decimal, Field(gt=0, le=MAX_ETH), AfterValidator(_whole_wei)]
 
 # Fields of the arbiter design, refused with what replaced them.
 RETIRED_FIELDS = {
@@ -47,9 +64,10 @@ class JobSpecFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(min_length=1, description="model name, or 'embedded' for the built-in default")
+    model: str = Field(min_length=1, max_length=MAX_NAME_CHARS,
+                       description="model name, or 'embedded' for the built-in default")
     model_root: str | None = Field(default=None, description="0x-prefixed 32-byte content root of version 0")
-    task: str = Field(min_length=1, description="task generator or task file name")
+    task: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="task generator or task file name")
     trainer: str = Field(description="address that publishes policy versions; 'self' for the requester")
     group_size: int = Field(ge=2, le=1024)
     tasks_per_lease: int = Field(ge=1, le=1024)
@@ -80,10 +98,14 @@ class JobSpecFile(BaseModel):
     @field_validator("model_root")
     @classmethod
     def _root_is_32_bytes(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("0x") or len(value) != 66):
-            raise ValueError("must be 0x followed by 64 hex digits")
-        if value is not None:
+        if value is None:
+            return None
+        try:
+            if not value.startswith("0x") or len(value) != 66:
+                raise ValueError
             bytes.fromhex(value[2:])
+        except ValueError:
+            raise ValueError("must be 0x followed by 64 hex digits") from None
         return value
 
     @field_validator("trainer")
@@ -136,15 +158,22 @@ class JobSpecFile(BaseModel):
         return eth_to_wei(self.reward_per_sample_eth) * self.group_size * self.tasks_per_lease
 
 
+def _printable(text: str, limit: int = 60) -> str:
+    """A stranger's key or value as a short single line: control characters escaped, long text cut."""
+    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 def _describe(error: dict) -> str:
-    field = ".".join(str(part) for part in error["loc"]) or "spec"
+    field = _printable(".".join(str(part) for part in error["loc"])) or "spec"
+    message = _printable(str(error["msg"]).removeprefix("Value error, "), limit=300)
     if error["type"] == "missing":
         return f"missing field '{field}'"
     if error["type"] == "extra_forbidden":
         return f"unknown field '{field}'"
     if field == "spec":
-        return str(error["msg"]).removeprefix("Value error, ")
-    return f"field '{field}': {error['msg']}"
+        return message
+    return f"field '{field}': {message}"
 
 
 def parse_job_spec(data: dict, source: str = "spec") -> JobSpecFile:
@@ -154,18 +183,56 @@ def parse_job_spec(data: dict, source: str = "spec") -> JobSpecFile:
     try:
         return JobSpecFile.model_validate(table)
     except ValidationError as exc:
-        problems = "; ".join(_describe(err) for err in exc.errors())
-        raise ConfigError(f"{source}: {problems}") from None
+        problems = [_describe(err) for err in exc.errors()]
+        more = len(problems) - MAX_PROBLEMS_SHOWN
+        shown = "; ".join(problems[:MAX_PROBLEMS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+        raise ConfigError(f"{source}: {shown}") from None
+
+
+def _read_spec_text(path: Path) -> str:
+    """The file's text, refusing what is not a small UTF-8 file."""
+    if not path.exists():
+        raise ConfigError(f"spec file {path} does not exist")
+    if not path.is_file():
+        raise ConfigError(f"spec file {path} is not a file")
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read spec file {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise ConfigError(f"spec file {path} is larger than {MAX_SPEC_BYTES // 1024} KiB: not a job spec")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: not UTF-8 text (byte {exc.start})") from None
 
 
 def load_job_spec(path: Path) -> JobSpecFile:
-    if not path.exists():
-        raise ConfigError(f"spec file {path} does not exist")
+    text = _read_spec_text(path)
     try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {_printable(str(exc), limit=200)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is not a job spec: its values are nested too deeply") from None
     return parse_job_spec(data, str(path))
+
+
+def check_workable(spec: JobSpecFile, source: str = "spec") -> None:
+    """Refuse, before anything is sent, a spec whose recipe no worker could run: a task the task registry
+    does not know, or a model rollnet does not build whose weights no model_root pins."""
+    from rollnet.node.tasks import load_task
+
+    try:
+        load_task(spec.task)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: field 'task': {exc}") from None
+    if spec.model not in KNOWN_MODELS and spec.model_root is None:
+        raise ConfigError(
+            f"{source}: field 'model': {_printable(spec.model)!r} is not a model rollnet builds (known: "
+            f"{', '.join(KNOWN_MODELS)}); for any other model set model_root to its bf16 content root, or deploy "
+            "with --model PATH, so workers can check their weights against it")
 
 
 def explain_spec_refusal(error_name: str | None, args: dict, source: str) -> ConfigError | None:

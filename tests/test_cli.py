@@ -150,12 +150,18 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
         ('trainer = "self"', 'trainer = "0x1234"', r"field 'trainer'.*Ethereum address"),
         ("lease_seconds = 600 ", "lease_seconds = 600000 ", r"shorter than the registry's unbonding period"),
         ("max_staleness = 4 ", "max_staleness = 4\nstalenes = 3\n", r"unknown field 'stalenes'"),
+        ('task = "addition-2digit"', 'task = "no-such-task"',
+         r"field 'task': unknown task 'no-such-task': use addition-2digit, gym:<dataset> or a \.jsonl file"),
+        ('model = "embedded"', 'model = "llama-9000"', r"field 'model': 'llama-9000' is not a model rollnet builds"),
+        ('reward_per_sample_eth = "0.001"', 'reward_per_sample_eth = "1e70"', r"field 'reward_per_sample_eth'"),
     ],
 )
 def test_bad_spec_fields(chain_up: Deployment, capsys: pytest.CaptureFixture, tmp_path: Path,
                          old: str, new: str, pattern: str) -> None:
+    """Refused by name before any transaction: no job exists afterwards, so nothing was escrowed."""
     spec = _spec_with(tmp_path, old, new)
     fails_with(capsys, ["job", "deploy", "--spec", str(spec), "--budget", "5", "--dev-account", "0"], pattern)
+    fails_with(capsys, ["job", "status", "latest"], r"no jobs exist yet")
 
 
 def test_spec_file_missing_and_budget_too_small(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
@@ -167,6 +173,8 @@ def test_spec_file_missing_and_budget_too_small(chain_up: Deployment, capsys: py
 
 def test_job_status_of_a_non_job(chain_up: Deployment, capsys: pytest.CaptureFixture) -> None:
     fails_with(capsys, ["job", "status", chain_up.registry], r"is not a job created by the factory")
+    fails_with(capsys, ["job", "status", chain_up.registry.lower()],  # any case is an address, checksummed
+               rf"{chain_up.registry} is not a job created by the factory")
     fails_with(capsys, ["job", "status", "latest"], r"no jobs exist yet")
 
 

@@ -142,7 +142,7 @@ def test_rollout_push_reaches_trainer_and_validators(swarm: Swarm) -> None:
     received: list[tuple[str, bytes]] = []
     lock = threading.Lock()
 
-    def on_push(root: bytes, data: bytes, sender: str) -> None:
+    def on_push(root: bytes, sender: str) -> None:
         with lock:
             received.append((sender, root))
 

@@ -4,7 +4,8 @@ batches from workers, each version published on chain and as a delta over libp2p
 
 Invariant: a run directory holds exactly one run: re-running the command with the same `--run-dir`
 resumes it from its last saved version (optimiser state included) and trains up to `--steps` versions
-in total; progress and the end summary print as rich tables.
+in total; progress and the end summary print as rich tables. With `--job`, the chain, the job and its
+trainer address are checked before the model is loaded, so a chain mistake costs no model load.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import torch
 import typer
+from eth_account.signers.local import LocalAccount
 from rich.table import Table
 from rollnet.node.chain.job import JobClient
 from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.cli import params
 from rollnet.node.cli.context import CliContext, DevAccountOption, KeyOption, console, get_context
 from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
@@ -50,15 +53,21 @@ def run(
     group_size: int = typer.Option(8, "--group-size", min=2),
     loss: str = typer.Option("token", "--loss", help="token or sequence normalisation"),
     task: str = typer.Option("addition-2digit", "--task"),
-    model: Path = typer.Option(None, "--model", help="local model folder (default: the embedded model)"),
-    run_dir: Path = typer.Option(None, "--run-dir", help="state and policy store (default <data-dir>/trainer)"),
+    model: Path = typer.Option(None, "--model", help="local model folder (default: the embedded model)",
+                               **params.INPUT_DIR),
+    run_dir: Path = typer.Option(None, "--run-dir", help="state and policy store (default <data-dir>/trainer)",
+                                 **params.STATE_DIR),
     seed: int = typer.Option(0, "--seed"),
     threads: int = typer.Option(1, "--threads", min=1),
-    job: str = typer.Option(None, "--job", help="train on a market job's validated rollouts (address or 'latest')"),
-    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr (with --job)"),
+    job: str = typer.Option(None, "--job", help="train on a market job's validated rollouts (address or 'latest')",
+                            **params.JOB),
+    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr (with --job)",
+                               **params.MULTIADDR),
     held_out_every: int = typer.Option(10, "--held-out-every", min=1, help="versions between held-out evaluations"),
-    advertise: str = typer.Option(None, "--advertise", help="multiaddr peers dial (default: the listen address)"),
-    addr_file: Path = typer.Option(None, "--addr-file", help="also write the dialable address here (with --job)"),
+    advertise: str = typer.Option(None, "--advertise", help="multiaddr peers dial (default: the listen address)",
+                                  **params.MULTIADDR),
+    addr_file: Path = typer.Option(None, "--addr-file", help="also write the dialable address here (with --job)",
+                                   **params.OUTPUT_FILE),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
@@ -70,14 +79,15 @@ def run(
     cli = get_context(ctx)
     task_def = load_task(task)
     signer = cli.signer(key, dev_account)
+    market_job = connect_job(cli, signer, job) if job is not None else None  # chain mistakes before model loading
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     folder = run_dir or cli.data_dir / "trainer"
     policy, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
     store = PolicyStore(folder / "policies", trainer=signer.address)
     trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer)
-    if job is not None:
-        market_run(cli, trainer, job, folder, listen, steps, held_out_every, advertise, addr_file)
+    if market_job is not None:
+        market_run(cli, trainer, market_job, folder, listen, steps, held_out_every, advertise, addr_file)
         return
     local = LocalRun(trainer, lag=lag, seed=seed + trainer.version)
     if trainer.version:
@@ -113,16 +123,22 @@ def run(
                   f"staleness {summary['staleness_histogram']}; wrote {folder / 'summary.json'}")
 
 
-def market_run(cli: CliContext, trainer: Trainer, job: str, folder: Path, listen: str, steps: int,
+def connect_job(cli: CliContext, signer: LocalAccount, job: str) -> JobClient:
+    """The market job `job` (an address or 'latest') on the deployment's chain, checked to name `signer` as
+    its trainer."""
+    client, deployment = cli.client(signer)
+    job_client = JobClient(client, resolve_job(client, deployment, job))
+    if job_client.spec()["trainer"].lower() != signer.address.lower():
+        raise RollnetError(f"job {job_client.address} names trainer {job_client.spec()['trainer']}, "
+                           f"not {signer.address}")
+    return job_client
+
+
+def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder: Path, listen: str, steps: int,
                held_out_every: int, advertise: str | None = None, addr_file: Path | None = None) -> None:
     """Train on a job's validated rollouts until `steps` versions exist; resumable like the local run."""
-    client, deployment = cli.client(trainer.signer)
-    job_client = JobClient(client, resolve_job(client, deployment, job))
-    registry = RegistryClient(client, deployment.registry)
+    registry = RegistryClient(job_client.client, cli.deployment().registry)
     events = EventLog(cli.data_dir)
-    if job_client.spec()["trainer"].lower() != trainer.signer.address.lower():
-        raise RollnetError(f"job {job_client.address} names trainer {job_client.spec()['trainer']}, "
-                           f"not {trainer.signer.address}")
     if register_trainer(registry, load_or_create_identity(cli.data_dir)):
         console.print(f"registered this trainer's peer ID for {trainer.signer.address} (no stake)")
     participant = start_participant(registry, job_client, cli.data_dir, folder / "objects", listen=listen,

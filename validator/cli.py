@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 from rollnet.node.chain.job import JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.cli import params
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
@@ -37,14 +38,18 @@ app = typer.Typer(help="Verify rollout batches and vote on chain.", no_args_is_h
 @app.command()
 def run(
     ctx: typer.Context,
-    stake: str = typer.Option("10", "--stake", help="ETH to stake if not yet registered as a validator"),
-    job: str = typer.Option("latest", "--job", help="job address, or 'latest'"),
+    stake: str = typer.Option("10", "--stake", help="ETH to stake if not yet registered as a validator", **params.ETH),
+    job: str = typer.Option("latest", "--job", help="job address, or 'latest'", **params.JOB),
     task: str = typer.Option("addition-2digit", "--task", help="the job's task"),
-    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)"),
-    policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)"),
-    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr"),
-    advertise: str = typer.Option(None, "--advertise", help="multiaddr registered for peers to dial (default: listen)"),
-    bootstrap: list[str] = typer.Option([], "--bootstrap", help="peer multiaddr to dial, or @FILE"),
+    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)",
+                               **params.INPUT_DIR),
+    policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)",
+                                  **params.STATE_DIR),
+    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr", **params.MULTIADDR),
+    advertise: str = typer.Option(None, "--advertise", help="multiaddr registered for peers to dial (default: listen)",
+                                  **params.MULTIADDR),
+    bootstrap: list[str] = typer.Option([], "--bootstrap", help="peer multiaddr to dial, or @FILE",
+                                        **params.BOOTSTRAP),
     interval: float = typer.Option(2.0, "--interval", min=0.1, help="seconds between rounds"),
     once: bool = typer.Option(False, "--once", help="run one round and exit"),
     key: str = KeyOption,

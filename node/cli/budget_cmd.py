@@ -16,10 +16,11 @@ def budget(
     params: str = typer.Option("8B", "--params", help="model size, e.g. 8B or 135M"),
     link: str = typer.Option("1gbps", "--link", help="per-peer link rate, e.g. 100mbps, 1gbps"),
     sparse: bool = typer.Option(True, "--sparse/--full", help="sparse deltas (default) or full bf16 weights"),
-    change: float = typer.Option(0.01, "--change", help="fraction of elements changed per step"),
+    change: float = typer.Option(0.01, "--change", help="fraction of elements changed per step, in (0, 1]",
+                                 min=0, max=1),
     step_time: str = typer.Option("30s", "--step-time", help="trainer step time S"),
-    budget_steps: float = typer.Option(4.0, "--budget", help="staleness the loss absorbs, in steps"),
-    overhead: float = typer.Option(1.0, "--overhead", help="broadcast tree time over the ideal (>= 1)"),
+    budget_steps: float = typer.Option(4.0, "--budget", help="staleness the loss absorbs, in steps", min=0),
+    overhead: float = typer.Option(1.0, "--overhead", help="broadcast tree time over the ideal (>= 1)", min=1),
     table: bool = typer.Option(False, "--table", help="g for models 1B-70B over links 100 Mbps-100 Gbps"),
 ) -> None:
     """Will a worker's policy land within the staleness budget? B = payload / link, g = B / S."""

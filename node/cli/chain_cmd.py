@@ -13,6 +13,7 @@ from rollnet.node import keys
 from rollnet.node.chain.anvil import start_anvil, stop_pid, wait_until_answering
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.deploy import RegistryParams, deploy_market
+from rollnet.node.cli import params
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.config import Deployment, deployment_path
 from rollnet.node.errors import ChainUnavailable, ConfigError, KeystoreError
@@ -34,12 +35,13 @@ def _running(deployment: Deployment) -> bool:
 @app.command()
 def up(
     ctx: typer.Context,
-    rpc_url: str = typer.Option(None, "--rpc-url", help="deploy to this chain instead of starting anvil"),
-    port: int = typer.Option(None, "--port", help="anvil port (default: a free one)", min=1, max=65535),
+    rpc_url: str = typer.Option(None, "--rpc-url", help="deploy to this chain instead of starting anvil",
+                                **params.URL),
+    port: int = typer.Option(None, "--port", help="anvil port (default: a free one)", **params.PORT),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
-    min_worker_stake: str = typer.Option("1", help="minimum worker stake, ETH"),
-    min_validator_stake: str = typer.Option("5", help="minimum validator stake, ETH"),
+    min_worker_stake: str = typer.Option("1", help="minimum worker stake, ETH", **params.ETH),
+    min_validator_stake: str = typer.Option("5", help="minimum validator stake, ETH", **params.ETH),
     unbonding_seconds: int = typer.Option(7 * 86_400, help="unbonding period, seconds", min=1),
 ) -> None:
     """Start anvil on 127.0.0.1 (unless --rpc-url), deploy the contracts and save their addresses."""
@@ -95,10 +97,11 @@ def _fund_local_key(data_dir: Path, client: ChainClient) -> None:
 @app.command()
 def fund(
     ctx: typer.Context,
-    amount: str = typer.Option(FAUCET_ETH, "--amount", help="ETH to send"),
-    to: str = typer.Option(None, "--to", help="recipient (default: this data dir's keystore --key)"),
+    amount: str = typer.Option(FAUCET_ETH, "--amount", help="ETH to send", **params.ETH),
+    to: str = typer.Option(None, "--to", help="recipient (default: this data dir's keystore --key)",
+                           **params.ADDRESS),
     key: str = KeyOption,
-    dev_account: int = typer.Option(0, "--from-dev-account", min=0, max=19, help="anvil dev account that pays"),
+    dev_account: int = typer.Option(0, "--from-dev-account", help="anvil dev account that pays", **params.DEV_ACCOUNT),
 ) -> None:
     """Local devnets only: send ETH from one of anvil's funded dev accounts (a faucet for fresh keys)."""
     cli = get_context(ctx)

@@ -16,6 +16,7 @@ from eth_account.signers.local import LocalAccount
 from rich.console import Console
 from rollnet.node import keys
 from rollnet.node.chain.client import ChainClient
+from rollnet.node.cli import params
 from rollnet.node.config import Deployment, resolve_data_dir, resolve_rpc_url
 from rollnet.node.errors import KeystoreError
 
@@ -30,7 +31,7 @@ console = make_console()
 
 KeyOption = typer.Option(keys.DEFAULT_KEY_NAME, "--key", help="keystore name under <data-dir>/keys")
 DevAccountOption = typer.Option(
-    None, "--dev-account", help="use Anvil's funded dev account N (local devnets only)", min=0, max=19
+    None, "--dev-account", help="use Anvil's funded dev account N (local devnets only)", **params.DEV_ACCOUNT
 )
 
 

@@ -1,6 +1,7 @@
 """`rollnet job deploy|status`: a requester creates a training job and inspects it.
 
-Invariants: `deploy` validates the spec file, then asks the factory's own `validateSpec` (slash caps, the
+Invariants: `deploy` validates the spec file and that a worker could run it (a task the registry knows, a
+model whose version-0 root workers can check), then asks the factory's own `validateSpec` (slash caps, the
 timeline rule) and checks the budget before sending, so a bad spec names its field and costs no gas;
 `status` reads everything from the chain: the spec, the money, and each lease's round, committee and
 outcome.
@@ -14,6 +15,7 @@ import typer
 from rich.table import Table
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.job import FactoryClient, JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.cli import params
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.config import Deployment
 from rollnet.node.delta.checkpoint import content_root
@@ -21,7 +23,7 @@ from rollnet.node.errors import ConfigError, ContractRevert
 from rollnet.node.model.builder import METADATA, load_metadata
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import bf16_policy
-from rollnet.node.spec import explain_spec_refusal, load_job_spec
+from rollnet.node.spec import check_workable, explain_spec_refusal, load_job_spec
 from rollnet.node.units import eth_to_wei, format_eth
 
 app = typer.Typer(help="Create training jobs and inspect them.", no_args_is_help=True)
@@ -30,9 +32,10 @@ app = typer.Typer(help="Create training jobs and inspect them.", no_args_is_help
 @app.command()
 def deploy(
     ctx: typer.Context,
-    spec: Path = typer.Option(..., "--spec", help="job spec TOML (see examples/job.toml)"),
-    budget: str = typer.Option(..., "--budget", help="ETH escrowed to pay workers"),
-    model: Path = typer.Option(None, "--model", help="base model folder: its bf16 content root becomes model_root"),
+    spec: Path = typer.Option(..., "--spec", help="job spec TOML (see examples/job.toml)", **params.INPUT_FILE),
+    budget: str = typer.Option(..., "--budget", help="ETH escrowed to pay workers", **params.ETH),
+    model: Path = typer.Option(None, "--model", help="base model folder: its bf16 content root becomes model_root",
+                               **params.INPUT_DIR),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
@@ -40,6 +43,7 @@ def deploy(
     job_spec = load_job_spec(spec)
     if model is not None:
         job_spec = job_spec.model_copy(update={"model_root": "0x" + base_model_root(model).hex()})
+    check_workable(job_spec, str(spec))
     budget_wei = eth_to_wei(budget, "--budget")
     if budget_wei < job_spec.lease_cost_wei():
         raise ConfigError(
@@ -76,15 +80,17 @@ def resolve_job(client: ChainClient, deployment: Deployment, job: str) -> str:
         job = jobs[-1]
     elif not client.w3.is_address(job):
         raise ConfigError(f"{job!r} is not an address (or 'latest')")
+    job = client.w3.to_checksum_address(job)  # any case is an address; web3 calls want the checksummed form
     if not factory.is_job(job):
         raise ConfigError(f"{job} is not a job created by the factory {deployment.factory}")
-    return client.w3.to_checksum_address(job)
+    return job
 
 
 @app.command()
 def status(
     ctx: typer.Context,
-    job: str = typer.Argument(..., help="job address, or 'latest'"),
+    job: str = typer.Argument(..., help="job address, or 'latest'", callback=params.address_or_latest,
+                              metavar="JOB"),
     leases: int = typer.Option(20, "--leases", min=0, help="show the most recent N leases (0: none)"),
 ) -> None:
     """Show a job's spec, money, policy version, and its recent leases' rounds, committees and outcomes."""

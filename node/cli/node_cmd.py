@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 from rollnet.node.chain.job import JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.cli import params
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
@@ -59,7 +60,7 @@ def _registry(ctx: typer.Context, key: str, dev_account: int | None) -> Registry
 @app.command()
 def join(
     ctx: typer.Context,
-    stake: str = typer.Option(..., "--stake", help="ETH to stake"),
+    stake: str = typer.Option(..., "--stake", help="ETH to stake", **params.ETH),
     role: str = typer.Option("worker", "--role", help="worker or validator"),
     backend: str = typer.Option("transformers", "--backend",
                                 help=f"rollout backend `node work` uses: {', '.join(BACKENDS)}"),
@@ -138,7 +139,8 @@ def rotate_peer(ctx: typer.Context, key: str = KeyOption, dev_account: int = Dev
 @app.command()
 def unbond(
     ctx: typer.Context,
-    amount: str = typer.Argument(..., help="ETH to move from active stake to unbonding"),
+    amount: str = typer.Argument(..., help="ETH to move from active stake to unbonding", callback=params.eth_amount,
+                                 metavar="AMOUNT"),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
 ) -> None:
@@ -163,15 +165,19 @@ def withdraw(ctx: typer.Context, key: str = KeyOption, dev_account: int = DevAcc
 @app.command()
 def work(
     ctx: typer.Context,
-    job: str = typer.Option("latest", "--job", help="job address, or 'latest'"),
+    job: str = typer.Option("latest", "--job", help="job address, or 'latest'", **params.JOB),
     leases: int = typer.Option(1, "--leases", min=0, help="leases to claim, generate and submit (0: until Ctrl-C)"),
     serve: float = typer.Option(60.0, "--serve", min=0, help="seconds to keep serving the batches afterwards"),
     task: str = typer.Option("addition-2digit", "--task", help="the job's task"),
-    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)"),
-    policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)"),
-    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr"),
-    advertise: str = typer.Option(None, "--advertise", help="multiaddr registered for peers to dial (default: listen)"),
-    bootstrap: list[str] = typer.Option([], "--bootstrap", help="peer multiaddr to dial, or @FILE"),
+    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)",
+                               **params.INPUT_DIR),
+    policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)",
+                                  **params.STATE_DIR),
+    listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr", **params.MULTIADDR),
+    advertise: str = typer.Option(None, "--advertise", help="multiaddr registered for peers to dial (default: listen)",
+                                  **params.MULTIADDR),
+    bootstrap: list[str] = typer.Option([], "--bootstrap", help="peer multiaddr to dial, or @FILE",
+                                        **params.BOOTSTRAP),
     delay: float = typer.Option(0.0, "--delay", min=0, help="seconds added before each submission (slow hardware)"),
     max_undecided: int = typer.Option(1, "--max-undecided", min=1, help="submissions awaiting a decision at once"),
     cheat: str = typer.Option(None, "--cheat", hidden=True, help="a registered demonstration cheat (devnet only)"),

@@ -14,6 +14,7 @@ import torch
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rollnet.node.cli import params
 from rollnet.node.cli.context import console, get_context
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.loading import load_policy, resolve_model
@@ -24,14 +25,15 @@ from rollnet.node.tasks import load_task
 
 app = typer.Typer(help="Generate and verify rollouts locally.", no_args_is_help=True)
 
-ModelOption = typer.Option(None, "--model", help="local Hugging Face model folder (default: the embedded model)")
+ModelOption = typer.Option(None, "--model", help="local Hugging Face model folder (default: the embedded model)",
+                           **params.INPUT_DIR)
 TaskOption = typer.Option("addition-2digit", "--task", help="addition-2digit, gym:<dataset> or a .jsonl file")
 
 
 @app.command("generate")
 def generate_command(
     ctx: typer.Context,
-    out: Path = typer.Option(..., "--out", help="rollout batch file to write (JSON)"),
+    out: Path = typer.Option(..., "--out", help="rollout batch file to write (JSON)", **params.OUTPUT_FILE),
     task: str = TaskOption,
     seed: int = typer.Option(0, "--seed", min=0, help="first task seed"),
     count: int = typer.Option(4, "--count", min=1, help="number of tasks (seeds SEED..SEED+COUNT-1)"),
@@ -67,7 +69,8 @@ def generate_command(
 @app.command("verify")
 def verify_command(
     ctx: typer.Context,
-    batch_file: Path = typer.Argument(..., help="rollout batch file written by `rollnet rollout generate`"),
+    batch_file: Path = typer.Argument(..., help="rollout batch file written by `rollnet rollout generate`",
+                                      metavar="BATCH_FILE", **params.INPUT_FILE),
     model: Path = ModelOption,
     temperature: float = typer.Option(1.0, "--temperature", min=1e-3),
 ) -> None:

@@ -5,13 +5,14 @@ unsigned integers (zero-copy, writable). Floats are first mapped to an order-pre
 (`to_ordered`: +x keeps its pattern, a negative pattern 1|m maps to -m-1), so one ULP is one integer step
 across zero too; the map is a bijection on all 2^(8W) patterns (NaN payloads, +-0, +-inf, subnormals).
 Differences are taken modulo 2^(8W) and zigzagged, so `apply_difference(old, difference(old, new)) == new`
-for every pair of patterns.
+for every pair of patterns. A dtype outside DTYPE_CODES is refused by name (`dtype_code`), never looked up blindly.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+from rollnet.node.errors import UnsupportedDelta
 
 UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 SIGNED = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -24,16 +25,27 @@ DTYPE_CODES: dict[torch.dtype, int] = {
 }
 DTYPES_BY_CODE = {code: dtype for dtype, code in DTYPE_CODES.items()}
 FLOAT_DTYPES = {torch.bfloat16, torch.float16, torch.float32, torch.float64}
+SUPPORTED = ", ".join(str(dtype).removeprefix("torch.") for dtype in DTYPE_CODES)
+
+
+def dtype_code(dtype: torch.dtype, name: str) -> int:
+    """The byte-format code of `dtype`; UnsupportedDelta naming tensor `name` for a dtype the format lacks."""
+    code = DTYPE_CODES.get(dtype)
+    if code is None:
+        raise UnsupportedDelta(f"tensor {name!r} has dtype {dtype}, which policy deltas cannot carry "
+                               f"(supported: {SUPPORTED})")
+    return code
 
 
 def bits_of(tensor: torch.Tensor) -> np.ndarray:
-    """A flat, writable, zero-copy unsigned-integer view of a contiguous tensor's bit patterns."""
+    """A flat, writable, zero-copy unsigned-integer view of a contiguous tensor's bit patterns (writes through
+    to the tensor, also to one that requires grad)."""
     if not tensor.is_contiguous():
         raise ValueError("delta codec needs contiguous tensors")
     if tensor.dtype not in DTYPE_CODES:
         raise ValueError(f"unsupported dtype {tensor.dtype}")
     width = tensor.element_size()
-    flat = tensor.reshape(-1)
+    flat = tensor.detach().reshape(-1)
     if tensor.dtype == torch.bool:
         flat = flat.view(torch.uint8)
     return flat.view(TORCH_SIGNED[width]).numpy().view(UNSIGNED[width])

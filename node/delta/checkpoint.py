@@ -2,7 +2,9 @@
 
 Invariants: a tensor's hash is blake3 over ("rollnet-tensor-v1", name, dtype code, shape, raw bytes), so it
 pins name, type, shape and every bit; a version's content root is the Merkle root over the tensor hashes
-sorted by name. On disk a version is one safetensors file; `LazyCheckpoint` reads one tensor at a time.
+sorted by name. A tensor the hash cannot pin (a dtype outside the format, a name over 65535 bytes, more than
+255 dimensions) is refused with UnsupportedDelta. On disk a version is one safetensors file; `LazyCheckpoint`
+reads one tensor at a time.
 """
 
 from __future__ import annotations
@@ -13,19 +15,26 @@ from pathlib import Path
 
 import blake3
 import torch
-from rollnet.node.delta.bitcast import DTYPE_CODES, bits_of
+from rollnet.node.delta.bitcast import bits_of, dtype_code
+from rollnet.node.errors import UnsupportedDelta
 from rollnet.node.merkle import merkle_root
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 TENSOR_DOMAIN = b"rollnet-tensor-v1"
+MAX_NAME_BYTES = 0xFFFF
+MAX_NDIM = 0xFF
 
 
 def tensor_header(name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> bytes:
     encoded = name.encode()
+    if len(encoded) > MAX_NAME_BYTES or len(shape) > MAX_NDIM:
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise UnsupportedDelta(f"tensor {shown!r} has a name of {len(encoded)} bytes and {len(shape)} dimensions; "
+                               f"at most {MAX_NAME_BYTES} and {MAX_NDIM} can be hashed")
     return (
         struct.pack("<H", len(encoded)) + encoded
-        + struct.pack("<BB", DTYPE_CODES[dtype], len(shape))
+        + struct.pack("<BB", dtype_code(dtype, name), len(shape))
         + b"".join(struct.pack("<Q", d) for d in shape)
     )
 

@@ -3,7 +3,10 @@
 Invariants: `decode(encode(streams)) == streams` exactly. Each stream's symbol model is its own histogram,
 stored in the payload (only nonzero bins), so the decoder rebuilds the identical quantized model; raw
 extra bits go through the same coder as uniform symbols of at most 16 bits. The byte layout is pinned to
-constriction 0.5.0's model quantisation (`perfect=False`).
+constriction 0.5.0's model quantisation (`perfect=False`). A decoder given the `Layout` it expects checks the
+payload's stream count, block count and block lengths against it before it allocates or decodes anything, so
+what a payload claims never sizes memory or work beyond the tensor it is for; any malformed payload raises
+EntropyError.
 
 Payload layout: see `encode_blocks`.
 """
@@ -19,11 +22,28 @@ from rollnet.node.delta.logbins import ALPHABET, extra_counts_of, join, split
 from rollnet.node.varint import read_varint, write_varint
 
 CHUNK_BITS = 16
+MAX_STREAMS = 16  # per block, for a decoder told no layout
+MAX_SYMBOLS = 1 << 48  # per stream, likewise
 _uniform_family = constriction.stream.model.Uniform()
 
 
 class EntropyError(ValueError):
     """The payload is malformed."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a payload must hold to fit its tensor: `streams` streams per block, blocks of `block` elements
+    (the last may be shorter) covering `elements` elements in order, `total` symbols per stream in all."""
+
+    streams: int
+    elements: int
+    block: int
+    total: int
+
+    def capacity(self, index: int) -> int:
+        """How many elements block `index` covers."""
+        return max(0, min(self.block, self.elements - index * self.block))
 
 
 def _model_from_counts(counts: np.ndarray) -> constriction.stream.model.Categorical | None:
@@ -141,7 +161,8 @@ def _pack_histogram(hist: np.ndarray) -> bytes:
     return b"".join(out)
 
 
-def _read_histogram(payload: bytes, offset: int) -> tuple[np.ndarray, int]:
+def _read_histogram(payload: bytes, offset: int, most: int) -> tuple[np.ndarray, int]:
+    """One stream's histogram; a bin counting more than `most` symbols is refused."""
     hist = np.zeros(ALPHABET, dtype=np.int64)
     count, offset = read_varint(payload, offset)
     symbol = -1
@@ -150,8 +171,65 @@ def _read_histogram(payload: bytes, offset: int) -> tuple[np.ndarray, int]:
         symbol += gap + 1
         if symbol >= ALPHABET:
             raise EntropyError("histogram symbol out of range")
-        hist[symbol], offset = read_varint(payload, offset)
+        value, offset = read_varint(payload, offset)
+        if value > most:
+            raise EntropyError(f"a histogram bin counts {value} symbols, more than the {most} expected")
+        hist[symbol] = value
     return hist, offset
+
+
+def _read_lengths(payload: bytes, offset: int, expect: Layout | None) -> tuple[np.ndarray, int]:
+    """The block lengths, each checked against the block it covers before the next is read."""
+    n_blocks, offset = read_varint(payload, offset)
+    most_blocks = -(-expect.elements // expect.block) if expect else len(payload) - offset
+    if n_blocks > most_blocks:
+        raise EntropyError(f"the payload has {n_blocks} blocks, more than the {most_blocks} its tensor holds")
+    lengths = []
+    for index in range(n_blocks):
+        length, offset = read_varint(payload, offset)
+        most = expect.capacity(index) if expect else MAX_SYMBOLS
+        if length > most:
+            raise EntropyError(f"block {index} lists {length} changes, more than the {most} elements it covers")
+        lengths.append(length)
+    return np.array(lengths, dtype=np.int64), offset
+
+
+@dataclass(frozen=True)
+class Framing:
+    """A payload's framing, read and checked against `expect`: its histograms, its block lengths and where its
+    rANS words start. Reading it decodes no symbol."""
+
+    histograms: list[np.ndarray]
+    lengths: np.ndarray
+    offset: int
+    expect: Layout | None
+
+
+def read_framing(payload: bytes, expect: Layout | None = None) -> Framing:
+    """The payload's framing; EntropyError if it is malformed or does not fit `expect`."""
+    try:
+        n_streams, offset = read_varint(payload, 0)
+        wanted = expect.streams if expect else None
+        if (wanted is not None and n_streams != wanted) or n_streams > MAX_STREAMS:
+            raise EntropyError(f"the payload has {n_streams} streams per block, expected {wanted or MAX_STREAMS}")
+        most = expect.total if expect else MAX_SYMBOLS
+        histograms = []
+        for _ in range(n_streams):
+            hist, offset = _read_histogram(payload, offset, most)
+            histograms.append(hist)
+        lengths, offset = _read_lengths(payload, offset, expect)
+    except ValueError as exc:
+        if isinstance(exc, EntropyError):
+            raise
+        raise EntropyError(f"truncated entropy payload ({exc})") from None
+    total = sum(lengths.tolist())
+    if expect is not None and total != expect.total:
+        raise EntropyError(f"the payload lists {total} changes, its header {expect.total}")
+    if any(int(h.sum()) != total for h in histograms):
+        raise EntropyError("histograms do not match the block lengths")
+    if (len(payload) - offset) % 4:
+        raise EntropyError("the rANS words are not whole 32-bit words")
+    return Framing(histograms, lengths, offset, expect)
 
 
 def encode_blocks(blocks: list[list[np.ndarray]], n_streams: int) -> bytes:
@@ -159,54 +237,51 @@ def encode_blocks(blocks: list[list[np.ndarray]], n_streams: int) -> bytes:
     return encode_prepared([prepare_block(streams) for streams in blocks], n_streams)
 
 
-def decode_blocks(payload: bytes) -> Iterator[list[np.ndarray]]:
-    """Yield each block's streams in order; raises EntropyError on a malformed payload."""
+def decode_blocks(payload: bytes, expect: Layout | None = None, framing: Framing | None = None,
+                  ) -> Iterator[list[np.ndarray]]:
+    """Yield each block's streams in order; raises EntropyError on a malformed payload, or, before decoding
+    anything, on one that does not fit `expect` (`framing`: this payload's, already read for `expect`)."""
+    if framing is None or framing.expect != expect:
+        framing = read_framing(payload, expect)
+    histograms, lengths = framing.histograms, framing.lengths
+    total = sum(lengths.tolist())
     try:
-        n_streams, offset = read_varint(payload, 0)
-        histograms = []
-        for _ in range(n_streams):
-            hist, offset = _read_histogram(payload, offset)
-            histograms.append(hist)
-        n_blocks, offset = read_varint(payload, offset)
-        lengths_list = []
-        for _ in range(n_blocks):
-            length, offset = read_varint(payload, offset)
-            lengths_list.append(length)
-        lengths = np.array(lengths_list, dtype=np.int64)
-        if (len(payload) - offset) % 4:
-            raise EntropyError("the rANS words are not whole 32-bit words")
-        words = np.frombuffer(payload, dtype="<u4", offset=offset).astype(np.uint32)
-    except ValueError as exc:
-        if isinstance(exc, EntropyError):
-            raise
-        raise EntropyError(f"truncated entropy payload ({exc})") from None
-    total = int(lengths.sum())
-    if any(int(h.sum()) != total for h in histograms):
-        raise EntropyError("histograms do not match the block lengths")
-    models = [_model_from_counts(h) for h in histograms]
-    singles = [int(np.flatnonzero(h)[0]) if total else 0 for h in histograms]
-    coder = constriction.stream.stack.AnsCoder(words)
-    try:
-        for length in lengths:
-            symbol_streams = []
-            for model, single in zip(models, singles, strict=True):
-                if model is None:
-                    symbol_streams.append(np.full(length, single, dtype=np.uint8))
-                elif length:
-                    symbol_streams.append(coder.decode(model, int(length)).astype(np.uint8))
-                else:
-                    symbol_streams.append(np.zeros(0, dtype=np.uint8))
-            streams = []
-            for symbols in symbol_streams:
-                counts = extra_counts_of(symbols)
-                sizes = _chunk_sizes(counts)
-                chunks = coder.decode(_uniform_family, sizes) if len(sizes) else np.zeros(0, np.int32)
-                streams.append(join(symbols, _rebuild_extra(chunks, counts), counts))
-            yield streams
+        words = np.frombuffer(payload, dtype="<u4", offset=framing.offset).astype(np.uint32)
+        models = [_model_from_counts(h) for h in histograms]
+        singles = [int(np.flatnonzero(h)[0]) if total else 0 for h in histograms]
+        coder = constriction.stream.stack.AnsCoder(words)
     except (ValueError, RuntimeError, AssertionError) as exc:
         raise EntropyError(f"corrupt entropy payload ({exc})") from None
+    for length in lengths.tolist():
+        yield _decode_block(coder, models, singles, length)
     if not coder.is_empty():
         raise EntropyError("trailing data in the entropy payload")
+
+
+def _decode_block(coder: constriction.stream.stack.AnsCoder, models: list, singles: list[int],
+                  length: int) -> list[np.ndarray]:
+    try:
+        symbol_streams = []
+        for model, single in zip(models, singles, strict=True):
+            if model is None:
+                symbol_streams.append(np.full(length, single, dtype=np.uint8))
+            elif length:
+                symbol_streams.append(coder.decode(model, length).astype(np.uint8))
+            else:
+                symbol_streams.append(np.zeros(0, dtype=np.uint8))
+        streams = []
+        for symbols in symbol_streams:
+            counts = extra_counts_of(symbols)
+            sizes = _chunk_sizes(counts)
+            chunks = coder.decode(_uniform_family, sizes) if len(sizes) else np.zeros(0, np.int32)
+            if len(chunks) != len(sizes):
+                raise EntropyError("the rANS words ran out")
+            streams.append(join(symbols, _rebuild_extra(chunks, counts), counts))
+        return streams
+    except (ValueError, RuntimeError, AssertionError) as exc:
+        if isinstance(exc, EntropyError):
+            raise
+        raise EntropyError(f"corrupt entropy payload ({exc})") from None
 
 
 def encode(streams: list[np.ndarray]) -> bytes:

@@ -10,14 +10,19 @@ Section bytes: varint header_len | header | payload (varints are unsigned LEB128
   kind FULL: payload is zstd of the raw little-endian bytes (a new tensor, or its dtype/shape changed).
   kind REMOVED: no payload; the tensor is not in the target.
 
-Invariants: applying writes new bit patterns (never adds floats), only at the listed positions; a section
-never applies to a tensor whose name, dtype or shape differs from its header; `apply_section` returns an
-undo record so a caller can restore the base exactly if a later check fails.
+Invariants: applying writes new bit patterns (never adds floats), only at the listed positions, each inside
+its own block of the tensor; a section never applies to a tensor whose name, dtype or shape differs from its
+header; `apply_section` returns an undo record so a caller can restore the base exactly if a later check
+fails. Nothing a section claims sizes memory by itself: a sparse payload's layout is checked against the
+tensor before decoding (`check_sparse`), and a full tensor is allocated at the size its header declares,
+within the caller's bound, and decompressed no further than that (`full_tensor`). A dtype code outside the
+format is refused with UnsupportedDelta; any other malformation raises SectionError.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,20 +33,24 @@ import torch
 import zstandard
 from rollnet.node.delta import entropy
 from rollnet.node.delta.bitcast import (
-    DTYPE_CODES,
     DTYPES_BY_CODE,
     FLOAT_DTYPES,
+    SUPPORTED,
     apply_difference,
     bits_of,
     difference,
+    dtype_code,
     from_ordered,
     to_ordered,
 )
-from rollnet.node.delta.checkpoint import tensor_hash
+from rollnet.node.delta.checkpoint import MAX_NAME_BYTES, MAX_NDIM, tensor_hash
+from rollnet.node.errors import UnsupportedDelta
 from rollnet.node.varint import read_varint, write_varint
 
 BLOCK_ELEMENTS = 1 << 20
 ZSTD_LEVEL = 3
+MAX_DIM = (1 << 63) - 1  # torch sizes are int64
+STREAMS = 2  # per sparse block: positions, values
 
 
 class Kind(IntEnum):
@@ -67,7 +76,7 @@ class SectionHeader:
     def pack(self) -> bytes:
         name = self.name.encode()
         return b"".join([
-            bytes([self.kind]), write_varint(len(name)), name, bytes([DTYPE_CODES[self.dtype]]),
+            bytes([self.kind]), write_varint(len(name)), name, bytes([dtype_code(self.dtype, self.name)]),
             write_varint(len(self.shape)), *(write_varint(d) for d in self.shape), self.target_hash,
             write_varint(self.changed), write_varint(self.block_elements),
         ])
@@ -77,24 +86,56 @@ class SectionHeader:
         try:
             kind = Kind(data[0])
             name_len, offset = read_varint(data, 1)
+            if name_len > MAX_NAME_BYTES:
+                raise SectionError(f"section header names a tensor of {name_len} bytes")
             name = data[offset:offset + name_len].decode()
             offset += name_len
-            dtype = DTYPES_BY_CODE[data[offset]]
-            ndim, offset = read_varint(data, offset + 1)
-            shape = []
-            for _ in range(ndim):
-                dim, offset = read_varint(data, offset)
-                shape.append(dim)
+            dtype = _dtype_of(data[offset], name)
+            shape, offset = _read_shape(data, offset + 1, name)
             target_hash = data[offset:offset + 32]
             changed, offset = read_varint(data, offset + 32)
             block, offset = read_varint(data, offset)
             if offset != len(data) or len(target_hash) != 32:
-                raise SectionError("section header has the wrong length")
-            return cls(kind, name, dtype, tuple(shape), target_hash, changed, block)
-        except (IndexError, KeyError, ValueError, UnicodeDecodeError) as exc:
+                raise SectionError(f"section {name!r}: header has the wrong length")
+            return cls(kind, name, dtype, shape, target_hash, changed, block)
+        except (IndexError, ValueError, UnicodeDecodeError) as exc:
             if isinstance(exc, SectionError):
                 raise
             raise SectionError(f"malformed section header ({exc})") from None
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def declared_bytes(self) -> int:
+        """An upper bound of the bytes a tensor of this header's shape takes (every zero dimension read as one,
+        so no dimension, however large, hides behind another's zero)."""
+        return math.prod(max(1, d) for d in self.shape) * _ITEM_SIZES[self.dtype]
+
+
+_ITEM_SIZES = {dtype: torch.empty(0, dtype=dtype).element_size() for dtype in DTYPES_BY_CODE.values()}
+
+
+def _dtype_of(code: int, name: str) -> torch.dtype:
+    dtype = DTYPES_BY_CODE.get(code)
+    if dtype is None:
+        raise UnsupportedDelta(f"section {name!r} names dtype code {code}, which this node does not know "
+                               f"(it knows {SUPPORTED}): the delta needs a newer rollnet")
+    return dtype
+
+
+def _read_shape(data: bytes, offset: int, name: str) -> tuple[tuple[int, ...], int]:
+    ndim, offset = read_varint(data, offset)
+    if ndim > MAX_NDIM:
+        raise SectionError(f"section {name!r}: {ndim} dimensions, at most {MAX_NDIM}")
+    shape = []
+    for _ in range(ndim):
+        dim, offset = read_varint(data, offset)
+        if dim > MAX_DIM:
+            raise SectionError(f"section {name!r}: a dimension of {dim}")
+        shape.append(dim)
+    return tuple(shape), offset
 
 
 def _pack(header: SectionHeader, payload: bytes) -> bytes:
@@ -166,42 +207,80 @@ class Undo:
         return sum(len(p) for p in self.positions)
 
 
-def apply_section(header: SectionHeader, payload: bytes, base: torch.Tensor) -> Undo:
-    """Overwrite `base` in place (SPARSE only); returns the undo record."""
+def check_sparse(header: SectionHeader, payload: bytes) -> entropy.Framing | None:
+    """Check a SPARSE section's header and payload framing against its own shape, decoding nothing; returns
+    the framing (None: no changes) for `apply_section`. Raises SectionError."""
+    layout = _layout(header, payload)
+    if layout is None:
+        return None
+    try:
+        return entropy.read_framing(payload, layout)
+    except entropy.EntropyError as exc:
+        raise SectionError(f"section {header.name!r}: {exc}") from None
+
+
+def _layout(header: SectionHeader, payload: bytes) -> entropy.Layout | None:
+    """The layout a SPARSE section's payload must have; None for a section without changes (and payload)."""
     if header.kind is not Kind.SPARSE:
         raise SectionError(f"section {header.name!r} is not sparse")
+    elements = header.elements
+    if header.changed > elements:
+        raise SectionError(f"section {header.name!r} lists {header.changed} changes for {elements} elements")
+    if header.changed == 0:
+        if payload:
+            raise SectionError(f"section {header.name!r} has a payload but no changes")
+        return None
+    if header.block_elements == 0:
+        raise SectionError(f"section {header.name!r} has no block size")
+    return entropy.Layout(STREAMS, elements, header.block_elements, header.changed)
+
+
+def apply_section(header: SectionHeader, payload: bytes, base: torch.Tensor,
+                  framing: entropy.Framing | None = None) -> Undo:
+    """Overwrite `base` (contiguous) in place (SPARSE only); returns the undo record. If it raises (anything),
+    the base is already restored. `framing`: what `check_sparse` returned for this section, if it was called."""
+    layout = _layout(header, payload)
     if base.dtype != header.dtype or tuple(base.shape) != header.shape:
         raise SectionError(
             f"tensor {header.name!r} is {base.dtype} {tuple(base.shape)}, "
             f"the delta expects {header.dtype} {header.shape}"
         )
-    bits = bits_of(base)
     undo = Undo([], [])
-    if header.changed == 0:
-        if payload:
-            raise SectionError(f"section {header.name!r} has a payload but no changes")
+    if layout is None:
         return undo
-    if header.block_elements == 0:
-        raise SectionError(f"section {header.name!r} has no block size")
+    bits = bits_of(base)
     is_float = header.dtype in FLOAT_DTYPES
     try:
-        for index, (gaps, values) in enumerate(entropy.decode_blocks(payload)):
-            start = index * header.block_elements
-            positions = np.cumsum(gaps.astype(np.int64) + 1) - 1
-            if len(positions) and (positions[-1] >= header.block_elements or start + positions[-1] >= len(bits)):
-                raise SectionError(f"section {header.name!r} points outside the tensor")
-            block = bits[start:start + header.block_elements]
+        for index, (gaps, values) in enumerate(entropy.decode_blocks(payload, layout, framing)):
+            start = index * layout.block
+            positions = _positions(gaps, layout.capacity(index), header.name)
+            block = bits[start:start + layout.block]
             old = block[positions]
+            undo.positions.append(positions + start)  # recorded before the write: an interrupt loses nothing
+            undo.old_values.append(old)
             block[positions] = from_ordered(apply_difference(to_ordered(old, is_float), values.astype(old.dtype)),
                                             is_float)
-            undo.positions.append(positions + start)
-            undo.old_values.append(old)
         if undo.count != header.changed:
             raise SectionError(f"section {header.name!r} lists {undo.count} changes, its header {header.changed}")
-    except (entropy.EntropyError, SectionError) as exc:
+    except BaseException as exc:
         restore(base, undo)
-        raise SectionError(str(exc)) from None
+        if isinstance(exc, entropy.EntropyError):
+            raise SectionError(f"section {header.name!r}: {exc}") from None
+        raise
     return undo
+
+
+def _positions(gaps: np.ndarray, capacity: int, name: str) -> np.ndarray:
+    """Offsets in a block of `capacity` elements from the gaps between them: strictly increasing, all inside."""
+    if not len(gaps):
+        return np.zeros(0, dtype=np.int64)
+    if int(gaps.max()) >= capacity:  # unsigned: also stops a gap that would read as a negative offset
+        raise SectionError(f"section {name!r} points outside the tensor")
+    positions = np.cumsum(gaps.astype(np.int64) + 1) - 1
+    wrapped = len(gaps) * capacity >= 1 << 63 and bool((np.diff(positions) <= 0).any())  # int64 overflow
+    if positions[-1] >= capacity or wrapped:
+        raise SectionError(f"section {name!r} points outside the tensor")
+    return positions
 
 
 def restore(base: torch.Tensor, undo: Undo) -> None:
@@ -210,17 +289,44 @@ def restore(base: torch.Tensor, undo: Undo) -> None:
         bits[positions] = old
 
 
-def full_tensor(header: SectionHeader, payload: bytes) -> torch.Tensor:
-    """The target tensor of a FULL section."""
+def full_tensor(header: SectionHeader, payload: bytes, max_bytes: int) -> torch.Tensor:
+    """The target tensor of a FULL section, allocated only when its declared size is at most `max_bytes`
+    (else UnsupportedDelta), and decompressed no further than that size (else SectionError)."""
     if header.kind is not Kind.FULL:
         raise SectionError(f"section {header.name!r} is not a full tensor")
+    if header.declared_bytes > max_bytes:
+        raise UnsupportedDelta(
+            f"section {header.name!r} declares a {header.dtype} tensor of shape {list(header.shape)} "
+            f"({header.declared_bytes} bytes), more than the {max_bytes} bytes this delta may add"
+        )
+    size = header.elements * _ITEM_SIZES[header.dtype]
     try:
-        raw = zstandard.ZstdDecompressor().decompress(payload)
+        declared = zstandard.frame_content_size(payload)
     except zstandard.ZstdError as exc:
         raise SectionError(f"section {header.name!r}: corrupt compressed tensor ({exc})") from None
+    if declared not in (-1, size):
+        raise SectionError(f"section {header.name!r}: the compressed tensor holds {declared} bytes, its header {size}")
     tensor = torch.empty(header.shape, dtype=header.dtype)
-    bits = bits_of(tensor).view("u1")
-    if len(raw) != len(bits):
-        raise SectionError(f"section {header.name!r}: {len(raw)} bytes for a tensor of {len(bits)}")
-    bits[:] = np.frombuffer(raw, dtype="u1")
+    _decompress_into(payload, bits_of(tensor).view("u1"), header.name)
     return tensor
+
+
+def _decompress_into(payload: bytes, out: np.ndarray, name: str) -> None:
+    """Fill `out` from one zstd frame: exactly len(out) bytes, never a byte more held."""
+    view = memoryview(out).cast("B")
+    filled = 0
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(payload, read_across_frames=False) as reader:
+            while filled < len(view):
+                read = reader.readinto(view[filled:])
+                if not read:
+                    break
+                filled += read
+            more = reader.read(1)
+    except zstandard.ZstdError as exc:
+        raise SectionError(f"section {name!r}: corrupt compressed tensor ({exc})") from None
+    if filled < len(view):
+        raise SectionError(f"section {name!r}: the compressed tensor holds {filled} bytes, its header {len(view)}")
+    if more:
+        raise SectionError(f"section {name!r}: the compressed tensor holds more than the {len(view)} bytes "
+                           "its header declares")

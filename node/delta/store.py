@@ -5,20 +5,23 @@ Layout under the store's folder: `index.json` (version -> content root, anchors,
 Invariants: every recorded root is either computed from weights or signed by the job's trainer; a node
 holding version v reaches v+k by applying the k deltas in order; `materialize(v)` starts from the newest
 anchor at or below v; pruning keeps the newest `keep_anchors` anchors and every delta after the oldest of
-them, so every version from that anchor to the latest stays reachable.
+them, so every version from that anchor to the latest stays reachable; a version that cannot be encoded
+leaves the store (index and files) as it was.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Generator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from eth_account.signers.local import LocalAccount
+from rollnet.node.delta.bitcast import TORCH_SIGNED
 from rollnet.node.delta.checkpoint import content_root, load_checkpoint, save_checkpoint
 from rollnet.node.delta.codec import apply, encode_stream, parse, verify_header
+from rollnet.node.delta.container import Trailer
 from rollnet.node.errors import ConfigError, DeltaError
 
 
@@ -32,13 +35,32 @@ class Published:
 
 
 def changed_fraction(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]) -> float:
-    """The fraction of elements whose bit pattern differs between two versions."""
+    """The fraction of elements whose bit pattern differs between two versions (a new, retyped or reshaped
+    tensor counts as changed throughout)."""
     changed = total = 0
     for name, tensor in after.items():
-        changed += int((before[name].view(torch.int16) != tensor.view(torch.int16)).sum()) \
-            if tensor.element_size() == 2 else int((before[name] != tensor).sum())
+        changed += _differing(before.get(name), tensor)
         total += tensor.numel()
     return changed / max(1, total)
+
+
+def _differing(old: torch.Tensor | None, new: torch.Tensor) -> int:
+    if old is None or old.dtype != new.dtype or old.shape != new.shape:
+        return new.numel()
+    width = new.element_size()
+    if width in TORCH_SIGNED:
+        return int((old.view(TORCH_SIGNED[width]) != new.view(TORCH_SIGNED[width])).sum())
+    return int((old != new).sum())
+
+
+def _write_stream(stream: Generator[bytes, None, Trailer], path: Path) -> bytes:
+    """Write an encoded delta's records to `path`; returns its target root."""
+    with path.open("wb") as handle:
+        while True:
+            try:
+                handle.write(next(stream))
+            except StopIteration as done:
+                return done.value.target_root
 
 
 class PolicyStore:
@@ -138,13 +160,12 @@ class PolicyStore:
             self.deltas[version] = latest
             path = self.delta_path(version)
             tmp = path.with_suffix(".tmp")
-            with tmp.open("wb") as handle:
-                while True:
-                    try:
-                        handle.write(next(stream))
-                    except StopIteration as done:
-                        root = done.value.target_root
-                        break
+            try:
+                root = _write_stream(stream, tmp)
+            except BaseException:  # e.g. a tensor the format cannot carry: the store stays as it was
+                del self.deltas[version]
+                tmp.unlink(missing_ok=True)
+                raise
             tmp.replace(path)
             delta_bytes = path.stat().st_size
             self.roots[version] = root

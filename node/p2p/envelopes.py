@@ -30,7 +30,7 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     job: str
     nonce: int = Field(ge=0)
-    timestamp: float
+    timestamp: float = Field(allow_inf_nan=False)  # NaN would slip past the replay window's comparison
 
     @field_validator("job")
     @classmethod

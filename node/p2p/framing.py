@@ -1,8 +1,10 @@
 """Length-prefixed frames over a byte stream, with hard size limits and read deadlines.
 
 Frame: u32 big-endian length | body. Invariants: a frame longer than the reader's limit is refused before
-any of it is buffered (FrameError), so a peer cannot make us allocate more than `max_size`; a read or write that
-does not finish within its deadline raises trio.TooSlowError; `read_exactly` never returns short data.
+any of it is buffered (FrameError, the sender's fault), so a peer cannot make us allocate more than
+`max_size`; a stream that ends mid-frame raises StreamEnded (not a fault: an honest peer whose connection
+drops looks the same); a read or write that does not finish within its deadline raises trio.TooSlowError;
+`read_exactly` never returns short data.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ DEFAULT_TIMEOUT = 30.0
 
 
 class FrameError(ValueError):
-    """The peer sent a malformed or oversized frame, or closed mid-frame."""
+    """The peer sent a malformed or oversized frame: its fault."""
+
+
+class StreamEnded(EOFError):
+    """The stream closed or was reset mid-frame: a dropped connection looks the same, so nobody's fault."""
 
 
 class ByteStream(Protocol):
@@ -37,7 +43,7 @@ async def read_exactly(stream: ByteStream, n: int) -> bytes:
         except EOFError:  # libp2p's StreamEOF
             piece = b""
         if not piece:
-            raise FrameError(f"stream closed after {len(buffer)} of {n} bytes")
+            raise StreamEnded(f"stream closed after {len(buffer)} of {n} bytes")
         buffer += piece
     return bytes(buffer)
 

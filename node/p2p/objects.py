@@ -9,6 +9,7 @@ nothing; a partial object on disk records which chunks are verified, so a transf
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -152,6 +153,32 @@ class ObjectStore:
         with self._lock:
             self._have[root].add(index)
         self._save_have(root)
+
+    def data_path(self, root: bytes) -> Path:
+        return self._dir(root) / "data"
+
+    def adopt(self, root: bytes, manifest: Manifest, data_file: Path) -> None:
+        """Take in a whole object whose every chunk was verified against `manifest` elsewhere (a staged
+        push), moving `data_file` into place."""
+        folder = self._dir(root)
+        folder.mkdir(exist_ok=True)
+        os.replace(data_file, folder / "data")
+        (folder / "manifest").write_bytes(manifest.pack())
+        with self._lock:
+            self._manifests[root] = manifest
+            self._have[root] = set(range(manifest.chunk_count))
+        self._save_have(root)
+
+    def discard(self, root: bytes) -> None:
+        """Forget an object and delete its files (a staged push that failed, or one already adopted)."""
+        with self._lock:
+            self._manifests.pop(root, None)
+            self._have.pop(root, None)
+        folder = self._dir(root)
+        for name in ("data", "manifest", "have.json", "have.tmp"):
+            (folder / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
     def read_chunk(self, root: bytes, index: int) -> bytes | None:
         if index not in self._have.get(root, ()):

@@ -4,10 +4,14 @@ Protocol `/rollnet/object/1.0.0`, one request per stream, JSON request frame the
   {"op": "manifest", "root": hex}         -> frame: status byte (0 ok, 1 missing, 2 busy) + manifest
   {"op": "have", "root": hex}             -> frame: status byte + bitmap of verified chunks (bit i of byte i//8)
   {"op": "chunks", "root": hex, "index": [i, ...]} -> per index a frame: status byte + u32 index + chunk
-Invariants: a server sends at most `max_uploads` chunk streams at once (the rest get "busy" and try
-elsewhere) and all its chunk bytes pass one token bucket; a fetcher writes only chunks that match the
-verified manifest, so a bad provider costs a retry elsewhere, never a corrupt object; chunks already on
-disk are never fetched again (resume); a peer holding part of an object serves that part (pipelining).
+Invariants: a server sends at most `max_uploads` chunk streams at once, at most half of them to one peer
+(the rest get "busy" and try elsewhere); all its chunk bytes pass one token bucket, and each peer's also
+pass that peer's own bucket (`peer_rate`), so one peer cannot take the whole uplink; a request names each
+of the object's chunks at most once and at most 64 of them, so a small request cannot ask for more than 64
+chunks' worth of bytes; a fetcher writes only chunks that match the verified manifest, so a bad provider
+costs a retry elsewhere, never a corrupt object; a fetch that gets no chunk for a whole `timeout` ends;
+chunks already on disk are never fetched again (resume); a peer holding part of an object serves that part
+(pipelining).
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from __future__ import annotations
 import logging
 import random
 import struct
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
 from rollnet.node.p2p.framing import ByteStream, FrameError, read_frame, read_json, write_frame, write_json
 from rollnet.node.p2p.objects import Manifest, ObjectError, ObjectStore
-from rollnet.node.p2p.ratelimit import TokenBucket
+from rollnet.node.p2p.ratelimit import PeerBuckets, TokenBucket
 
 PROTOCOL = "/rollnet/object/1.0.0"
 OK, MISSING, BUSY = 0, 1, 2
@@ -46,10 +51,14 @@ def from_bitmap(data: bytes, count: int) -> set[int]:
 class ObjectServer:
     """Serves the objects (whole or partial) in a store."""
 
-    def __init__(self, store: ObjectStore, bucket: TokenBucket, max_uploads: int = 4):
+    def __init__(self, store: ObjectStore, bucket: TokenBucket, max_uploads: int = 4,
+                 peer_rate: float | None = None):
         self.store = store
         self.bucket = bucket
         self.max_uploads = max_uploads
+        self.max_uploads_per_peer = max(1, max_uploads // 2)  # one peer never holds every upload slot
+        self.uploads_of: Counter = Counter()
+        self.peer_buckets = PeerBuckets(peer_rate)
         self.active_uploads = 0
         self.refused_busy = 0
         self.chunks_served = 0
@@ -72,28 +81,35 @@ class ObjectServer:
         elif op == "have":
             await write_frame(stream, bytes([OK]) + bitmap(self.store.have(root), manifest.chunk_count))
         else:
-            await self._send_chunks(stream, root, request.get("index"), remote)
+            await self._send_chunks(stream, root, manifest.chunk_count, request.get("index"), remote)
 
-    async def _send_chunks(self, stream: ByteStream, root: bytes, indices: object, remote: str) -> None:
+    async def _send_chunks(self, stream: ByteStream, root: bytes, count: int, indices: object, remote: str) -> None:
         if (not isinstance(indices, list) or len(indices) > MAX_INDICES
-                or not all(isinstance(i, int) for i in indices)):
-            raise FrameError("chunk request needs a list of at most 64 indices")
-        if self.active_uploads >= self.max_uploads:
+                or not all(type(i) is int and 0 <= i < count for i in indices)):
+            raise FrameError(f"chunk request needs a list of at most {MAX_INDICES} indices of the object's chunks")
+        if len(set(indices)) != len(indices):
+            raise FrameError("chunk request names a chunk more than once")
+        if self.active_uploads >= self.max_uploads or self.uploads_of[remote] >= self.max_uploads_per_peer:
             self.refused_busy += 1
             await write_frame(stream, bytes([BUSY]))
             return
         self.active_uploads += 1
+        self.uploads_of[remote] += 1
         try:
             for index in indices:
                 data = await trio.to_thread.run_sync(self.store.read_chunk, root, index)
                 if data is None:
                     await write_frame(stream, bytes([MISSING]) + struct.pack(">I", index))
                     continue
+                await self.peer_buckets.take(remote, len(data))
                 await self.bucket.take(len(data))
                 await write_frame(stream, bytes([OK]) + struct.pack(">I", index) + data)
                 self.chunks_served += 1
         finally:
             self.active_uploads -= 1
+            self.uploads_of[remote] -= 1
+            if not self.uploads_of[remote]:
+                del self.uploads_of[remote]
 
 
 @dataclass
@@ -213,13 +229,17 @@ class ObjectFetcher:
         failed = False
         async with trio.open_nursery() as nursery:
             last_refresh = -1.0
+            moved = (report.chunks_fetched, trio.current_time())  # (chunks fetched, when that last changed)
             while not self.store.complete(root):
                 usable = [s for s in states if s.failures < self.max_failures]
-                if not usable:
+                now = trio.current_time()
+                if report.chunks_fetched != moved[0] or in_flight:
+                    moved = (report.chunks_fetched, now)
+                # every provider failed, or none has had a chunk for us for a whole timeout: give up
+                if not usable or now - moved[1] > self.timeout:
                     failed = True
                     nursery.cancel_scope.cancel()
                     break
-                now = trio.current_time()
                 if now - last_refresh > self.refresh:
                     async with trio.open_nursery() as queries:
                         for state in usable:
@@ -250,5 +270,5 @@ class ObjectFetcher:
                 with trio.move_on_after(0.05):
                     await wake.wait()
         if failed:
-            raise ObjectError(f"every provider failed for {root.hex()[:16]}")
+            raise ObjectError(f"every provider failed or stalled for {root.hex()[:16]}")
         return report

@@ -1,6 +1,7 @@
 """Tasks from a JSONL file of {"prompt": ..., "answer": ...} lines.
 
-Invariant: seed s selects line s mod n; a malformed file is a ConfigError naming the line.
+Invariant: seed s selects line s mod n; a malformed file is a ConfigError naming the line, a missing or
+unreadable one (a directory, not UTF-8, a NUL in its name) a ConfigError naming the file.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from rollnet.node.tasks.base import Task, TaskInstance
 class JsonlTask(Task):
     def __init__(self, path: Path):
         self.name = str(path)
-        if not path.exists():
-            raise ConfigError(f"task file {path} does not exist")
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise ConfigError(f"task file {path} does not exist") from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:  # a directory, unreadable, not text, a NUL
+            raise ConfigError(f"cannot read task file {str(path)!r}: {type(exc).__name__}") from None
         self.items: list[tuple[str, str]] = []
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
             try:
