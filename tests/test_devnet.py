@@ -98,6 +98,10 @@ def test_a_two_step_devnet_pays_its_workers_behind_stake_gates_and_writes_the_re
     trainer_steps = [e for e in iter_events(tmp_path / "run" / "trainer" / "events.jsonl") if e["kind"] == "step"]
     assert [s["version"] for s in trainer_steps] == [1, 2]
     assert all(s["samples"] > 0 for s in trainer_steps)  # at least one admitted rollout trained on per step
+    trained = sum(s["groups"] for s in trainer_steps)  # the report's share of groups with reward spread
+    spread = trained - sum(s["groups_without_signal"] for s in trainer_steps)
+    assert 0 < report["signal_fraction"] == pytest.approx(spread / trained)
+    assert "with reward spread" in (tmp_path / "run" / "report.md").read_text()
     paid = report["money"]["paid_wei"]
     assert paid and all(amount > 0 for amount in paid.values())  # on-chain payments after the challenge window
     assert sum(paid.values()) == report["money"]["decided"]["accepted"] * 64 * 10**15  # 64 samples x 0.001 ETH

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from rollnet.node.errors import ConfigError
-from rollnet.node.model.builder import greedy_accuracy, load_metadata
+from rollnet.node.model.builder import Recipe, build_default_model, greedy_accuracy, load_metadata
 from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import load_task, seed_from_bytes
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -20,13 +20,21 @@ def test_model_init_builds_a_loadable_model_that_solves_a_real_fraction(model_ho
     (folder,) = (model_home / "models").glob("addition-2digit-*")
     metadata = load_metadata(folder)
     assert 0.2 <= metadata["held_out_greedy_accuracy"] <= 0.8
-    assert metadata["seconds"] < 120
+    assert metadata["steps"] <= Recipe().max_steps  # bounded by steps: a loaded machine only takes longer
     tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder)  # the same path a real checkpoint takes
     task = load_task("addition-2digit")
     accuracy = greedy_accuracy(model, tokenizer, task, range(10**9, 10**9 + 200))
     assert accuracy == pytest.approx(metadata["held_out_greedy_accuracy"])
     assert 0.05 <= greedy_accuracy(model, tokenizer, task, range(5_000, 5_200)) <= 0.95
+
+
+def test_a_recipe_builds_the_same_weights_every_time(tmp_path: Path) -> None:
+    recipe = Recipe(max_steps=10)
+    first = load_metadata(build_default_model(tmp_path / "a", recipe))
+    second = load_metadata(build_default_model(tmp_path / "b", recipe))
+    assert first["steps"] == second["steps"] == 10
+    assert first["bf16_content_root"] == second["bf16_content_root"]
 
 
 def test_model_init_reuses_the_cache(model_home: Path, capsys: pytest.CaptureFixture) -> None:

@@ -2,8 +2,10 @@
 
 Invariants: the build is a pure function of its recipe (task, seed, sizes), and its folder is named by the
 recipe's hash, so a second `rollnet model init` reuses it; training stops as soon as greedy accuracy on
-held-out tasks reaches the target (so RL starts with signal but room to improve), or at the time budget;
-the result is an ordinary Hugging Face model folder plus `rollnet-model.json` describing the build.
+held-out tasks reaches the target (so RL starts with signal but room to improve), or after `max_steps`:
+work is bounded by steps, never by seconds, so a loaded machine builds the same weights as a quiet one,
+only later; the result is an ordinary Hugging Face model folder plus `rollnet-model.json` describing the
+build, whose bf16 content root for the default recipe is EMBEDDED_ROOT (a build that differs says so).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import Task, load_task
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
+# The default recipe's bf16 content root with the pinned packages on x86-64 CPUs (600 warm-up steps).
+EMBEDDED_ROOT = "b6177bab7d5e5941"
 METADATA = "rollnet-model.json"
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ class Recipe:
     kv_heads: int = 2
     feed_forward: int = 512
     target_accuracy: float = 0.25
-    time_budget_s: float = 100.0
+    max_steps: int = 1500
     batch: int = 128
     lr: float = 3e-3
     version: int = RECIPE_VERSION
@@ -118,7 +122,7 @@ def _build(folder: Path, recipe: Recipe) -> Path:
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
     held_out = range(10**9, 10**9 + 200)
     started, step, accuracy = time.monotonic(), 0, 0.0
-    while time.monotonic() - started < recipe.time_budget_s:
+    while step < recipe.max_steps:
         ids, labels = _batch(task, tokenizer, range(step * recipe.batch, (step + 1) * recipe.batch))
         loss = model(input_ids=ids, labels=labels).loss
         optimizer.zero_grad()
@@ -130,7 +134,7 @@ def _build(folder: Path, recipe: Recipe) -> Path:
             log.info("warm-up step %d: loss %.3f, greedy accuracy %.2f", step, loss.item(), accuracy)
             if accuracy >= recipe.target_accuracy:
                 break
-    if step % 50:  # stopped by the time budget between evaluations: measure the weights being saved
+    if step % 50:  # stopped by the step bound between evaluations: measure the weights being saved
         accuracy = greedy_accuracy(model, tokenizer, task, held_out)
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -142,6 +146,10 @@ def _build(folder: Path, recipe: Recipe) -> Path:
         "held_out_greedy_accuracy": accuracy, "bf16_content_root": content_root(weights).hex(),
     }
     (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
+    if recipe == Recipe() and not metadata["bf16_content_root"].startswith(EMBEDDED_ROOT):
+        log.warning("this machine built the embedded model with content root %s, not the %s… every other "
+                    "machine builds: its rollouts will not match the job's base model (different hardware "
+                    "arithmetic or package versions?)", metadata["bf16_content_root"][:16], EMBEDDED_ROOT)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder

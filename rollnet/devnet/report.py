@@ -54,9 +54,13 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
     market_gas = sum(v["gas"] for v in gas.values() if not v["setup"])
     chain = state.chain
     consumed = sum(s["groups"] for s in steps) * run.get("group_size", 8)
+    groups_consumed = sum(s["groups"] for s in steps)
+    without_signal = sum(s.get("groups_without_signal", 0) for s in steps)
     report = {
         "run": run,
         "steps": len(steps),
+        # the share of trained groups whose rewards had spread (a group of equal rewards teaches nothing)
+        "signal_fraction": (groups_consumed - without_signal) / groups_consumed if groups_consumed else 0.0,
         "samples": {"accepted": sum(e["rollouts"] for p in state.people.values() for e in p.of("submit")
                                     if admissions.get(e["lease"], {}).get("admitted")),
                     "consumed_by_training": consumed, "trained_with_signal": trained},
@@ -213,6 +217,7 @@ def markdown(report: dict) -> str:
         f"| held-out greedy accuracy | {held['base']:.3f} (base) → {held['final']:.3f} (final) |"
         if held["base"] is not None else "| held-out greedy accuracy | - |",
         f"| realised staleness g | mean {staleness['mean_g']:.2f}, max {staleness['max_g']} |",
+        f"| trained groups with reward spread (signal) | {report['signal_fraction']:.0%} |",
         f"| delta per version | {deltas['mean_bytes']:,.0f} B mean vs {deltas['full_bf16_bytes']:,} B full bf16 "
         f"({deltas['full_bf16_bytes'] / max(1.0, deltas['mean_bytes']):.0f}× smaller) |",
         f"| broadcast (announce → applied) | {deltas['mean_broadcast_s']:.3f} s mean |",
