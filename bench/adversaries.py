@@ -307,7 +307,7 @@ class Dispute:
         self.spec = self.view.spec()
 
     def run(self, batches: list[Batch]) -> None:
-        final = self.spec["appeal_rounds"]
+        final = self.spec.appeal_rounds
         for round_ in range(final + 1):
             live = [b for b in batches if self._in_round(b, round_)]
             for batch in live:
@@ -347,7 +347,7 @@ class Dispute:
         return self.adversary_appellant
 
     def _appeal_deadline(self, lease: Lease) -> int:
-        return lease.deadline if lease.status is LeaseStatus.DECIDED else lease.deadline + self.spec["appeal_window"]
+        return lease.deadline if lease.status is LeaseStatus.DECIDED else lease.deadline + self.spec.appeal_window
 
     def _appeal(self, appeals: list[tuple[Batch, Party]]) -> None:
         if not appeals:
@@ -362,7 +362,7 @@ class Dispute:
         keeper = Keeper(self.honest_appellant.job(self.job), EventLog(None), self.spec)
         leases = [self.view.lease(b.lease_id) for b in batches]
         waiting = [self._appeal_deadline(lease) for lease in leases
-                   if not lease.final and lease.round < self.spec["appeal_rounds"]]
+                   if not lease.final and lease.round < self.spec.appeal_rounds]
         if waiting:
             self.market.advance_to(max(waiting) + 1)
         now = self.market.now()
@@ -409,7 +409,7 @@ def bonds_lost(market: Market, job: str, party: Party) -> int:
 
 
 def spec_fee(market: Market, job: str) -> int:
-    return market.view(job).spec()["expiry_fee"]
+    return market.view(job).spec().expiry_fee
 
 
 def economic_spec(**changes: object) -> JobSpecFile:
@@ -567,7 +567,7 @@ def hoard(market: Market) -> dict:
     market.join(hoarder, Role.WORKER, stake)
     spec = economic_spec(slash_eth=Decimal("0.25"), expiry_fee_eth=Decimal("0.05"))
     job = new_job(market, requester, spec)
-    slash = market.view(job).spec()["slash_amount"]
+    slash = market.view(job).spec().slash_amount
     held: list[Lease] = []
     refusal = None
     for _ in range(stake // slash + 1):  # one more than its stake can back
@@ -613,7 +613,7 @@ def grind(market: Market, claims: int) -> dict:
     spec = economic_spec(slash_eth=Decimal("0.25"), expiry_fee_eth=Decimal("0.05"))
     job = new_job(market, requester, spec)
     market.join(grinder, Role.WORKER, max(market.registry.min_stake(Role.WORKER),
-                                          claims * market.view(job).spec()["slash_amount"]))
+                                          claims * market.view(job).spec().slash_amount))
     client = grinder.job(job)
     drawn, seed_at_claim, in_claim_block = [], [], []
     for _ in range(claims):
@@ -842,7 +842,7 @@ class Judges:
             pass
         restarted = self.daemon(b).run_once()
         market = self.swarm.market
-        market.advance_to(market.now() + market.view(self.job).spec()["vote_window"] // 2 + 1)
+        market.advance_to(market.now() + market.view(self.job).spec().vote_window // 2 + 1)
         for party in self.validators:
             self.daemon(party).run_once()
         return restarted
@@ -970,7 +970,7 @@ def _cheat_scenario(market: Market, swarm: Swarm, policies: Policies) -> dict:
             "name": case, "kind": "cheat", "honest": case == "honest", "attacker_net_wei": nets[party.name],
             "honest_loss_wei": honest_loss, "outcome": lease.status.name.lower(),
             "decided": decided[case].name.lower(), "final_status": lease.status.name.lower(),
-            "rejected": int(lease.status is LeaseStatus.SLASHED), "collateral_wei": view.spec()["slash_amount"],
+            "rejected": int(lease.status is LeaseStatus.SLASHED), "collateral_wei": view.spec().slash_amount,
             "slashed_wei": WORKER_STAKE - info.active - info.locked,
             "paid_wei": honest_paid if case == "honest" else view.owed(party.address),
             "reasons": judges.reasons(lease_id), "votes": [voted[(lease_id, v.address)] for v in validators],

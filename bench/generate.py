@@ -78,7 +78,7 @@ def cross_engine(vllm, hf, new_tokens: int) -> dict:  # noqa: ANN001
     """vLLM's honest rollouts, checked by the transformers prefill as a validator does."""
     rollouts = vllm.generate(TASK.examples(range(500, 508)), 8, max_new_tokens=new_tokens, ignore_eos=True)
     flagged = {name: sum(not v.ok for v in verify_rollouts(hf.model, hf.tokenizer, TASK, rollouts,
-                                                             thresholds=thresholds))
+                                                             thresholds=thresholds, logprob_tolerance=None))
                for name, thresholds in (("cpu", CPU_THRESHOLDS), ("public", toploc.PUBLIC_THRESHOLDS))}
     stats = chunk_statistics(hf.model, rollouts)
     return {"rollouts": len(rollouts), "new_tokens": new_tokens, "flagged_cpu_thresholds": flagged["cpu"],

@@ -183,7 +183,8 @@ def realistic_costs(quick: bool, console: Console) -> dict:
     honest_stats, noisy_stats = chunk_statistics(model, honest), chunk_statistics(model, cheat)
 
     def caught(rollouts: list[Rollout], thresholds: toploc.Thresholds) -> int:
-        return sum(not v.ok for v in verify_rollouts(model, tokenizer, TASK, rollouts, thresholds=thresholds))
+        return sum(not v.ok for v in verify_rollouts(model, tokenizer, TASK, rollouts, thresholds=thresholds,
+                                                     logprob_tolerance=None))  # TOPLOC's thresholds alone
 
     return {
         "model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantised to fp32)", "rows": rows,

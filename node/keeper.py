@@ -13,44 +13,44 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from rollnet.node.chain.job import SETTLED_STATUSES, JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.chain.job import SETTLED_STATUSES, ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
 
 log = logging.getLogger(__name__)
 
 
-def due(lease: Lease, now: int, spec: dict) -> str | None:
+def due(lease: Lease, now: int, spec: ChainSpec) -> str | None:
     """The keeper action the chain allows on `lease` at time `now`: 'reclaim', 'finalize' or None."""
-    final_round = lease.round >= spec["appeal_rounds"]
+    final_round = lease.round >= spec.appeal_rounds
     if lease.status is LeaseStatus.LEASED and now > lease.deadline:
         return "reclaim"
     if lease.status is LeaseStatus.VOTING and now > lease.deadline:
-        return "finalize" if final_round or now > lease.deadline + spec["appeal_window"] else None
+        return "finalize" if final_round or now > lease.deadline + spec.appeal_window else None
     if lease.status is LeaseStatus.DECIDED and (final_round or now > lease.deadline):
         return "finalize"
     return None
 
 
-def appealable(lease: Lease, now: int, spec: dict) -> bool:
+def appealable(lease: Lease, now: int, spec: ChainSpec) -> bool:
     """Whether the lease's current decision (or closed vote window) can still be appealed at `now`."""
-    if lease.round >= spec["appeal_rounds"]:
+    if lease.round >= spec.appeal_rounds:
         return False
     if lease.status is LeaseStatus.DECIDED:
         return now <= lease.deadline
-    return lease.status is LeaseStatus.VOTING and lease.deadline < now <= lease.deadline + spec["appeal_window"]
+    return lease.status is LeaseStatus.VOTING and lease.deadline < now <= lease.deadline + spec.appeal_window
 
 
-def appeal_deadline(lease: Lease, spec: dict) -> int | None:
+def appeal_deadline(lease: Lease, spec: ChainSpec) -> int | None:
     """Until when the lease's current decision can be appealed (None while its votes are open or once final)."""
-    if lease.round >= spec["appeal_rounds"]:
+    if lease.round >= spec.appeal_rounds:
         return None
     if lease.status is LeaseStatus.DECIDED:
         return lease.deadline
-    return lease.deadline + spec["appeal_window"] if lease.status is LeaseStatus.VOTING else None
+    return lease.deadline + spec.appeal_window if lease.status is LeaseStatus.VOTING else None
 
 
-def final_outcome(job: JobClient, lease: Lease, now: int, spec: dict) -> Outcome | None:
+def final_outcome(job: JobClient, lease: Lease, now: int, spec: ChainSpec) -> Outcome | None:
     """The lease's outcome once nothing can change it any more (settled, the final round decided, or an
     appeal window passed unused), else None; an expired lease counts as void."""
     settled = {LeaseStatus.PAID: Outcome.ACCEPT, LeaseStatus.SLASHED: Outcome.REJECT,
@@ -70,7 +70,7 @@ def current_outcome(job: JobClient, lease: Lease, now: int) -> Outcome:
 
 
 class Keeper:
-    def __init__(self, job: JobClient, events: EventLog, spec: dict | None = None):
+    def __init__(self, job: JobClient, events: EventLog, spec: ChainSpec | None = None):
         self.job = job
         self.events = events
         self.spec = spec or job.spec()

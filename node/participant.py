@@ -6,16 +6,21 @@ Invariants: a participant starts only if the registry binds this address to exac
 peer ID (registered with the key's own signature), so peers that look it up find the host they dial; its
 host admits to protected protocols only peers staked as workers or validators, or the job's trainer; it
 dials only configured addresses and registry-published addresses of staked nodes and of the job's trainer.
+Every role that holds anchor checkpoints serves them to its peers the same way (`serve_anchors`): the trainer
+its published anchors, a worker or validator the anchor it started from.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rollnet.node.chain.job import JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
+from rollnet.node.p2p.anchors import AnchorServer, model_files
 from rollnet.node.p2p.bootstrap import registry_bootstrap_addrs, resolve_bootstrap, transport_addr
 from rollnet.node.p2p.gate import PeerGate
 from rollnet.node.p2p.host import P2PNode
@@ -57,7 +62,7 @@ def start_participant(registry: RegistryClient, job: JobClient, data_dir: Path, 
                       upload_rate: float | None = None) -> Participant:
     identity = load_or_create_identity(data_dir)
     require_registered_peer(registry, identity)
-    trainer = job.spec()["trainer"]
+    trainer = job.spec().trainer
     gate = PeerGate(registry, trusted_owners={trainer})
     node = P2PNode(identity, ObjectStore(objects_dir), gate=gate, listen=listen, upload_rate=upload_rate).start()
     try:
@@ -69,3 +74,11 @@ def start_participant(registry: RegistryClient, job: JobClient, data_dir: Path, 
         node.stop()
         raise
     return Participant(identity, node, gate, f"{base}/p2p/{node.peer_id}")
+
+
+def serve_anchors(node: P2PNode, job: str, store: PolicyStore, config: Any, tokenizer: Any) -> AnchorServer:
+    """Offer the anchors in `store` to peers (p2p.anchors), with the config and tokenizer of the model this
+    participant runs, so a late joiner can start from them."""
+    server = AnchorServer(job, store, node.store, model_files(config, tokenizer))
+    node.anchor_source = server.answer
+    return server

@@ -7,7 +7,8 @@ root the trainer published on chain for that version; the fetched delta stays in
 store, so every follower serves what it has fetched (the broadcast becomes a tree). Gossip can be
 missed (py-libp2p's gossipsub does not reach a peer that restarted under the same peer ID), so when the
 chain is ahead and nothing was heard, the follower pulls the signed announcements from its peers
-(`ask_policy`), checked exactly like gossiped ones; it serves the ones it accepted the same way.
+(`ask_policy`, a few peers per pull, every connected peer in turn), checked exactly like gossiped ones; it
+serves the ones it accepted the same way.
 Announcements wait here until their base version arrives. Only the policy topic is read from the node's
 gossip inbox.
 """
@@ -57,7 +58,8 @@ class PolicyFollower:
         self._heard: dict[int, Heard] = {}
         self._accepted: dict[int, bytes] = {}
         self._checked_chain_at = 0.0
-        self.authorize = JobAuthorizer(job.address, job.spec()["trainer"], registry)
+        self._pulls = 0  # pulls so far: each asks the next few peers, so every connected peer is asked in turn
+        self.authorize = JobAuthorizer(job.address, job.spec().trainer, registry)
         node.subscribe(self.topic, authorize=self.authorize)
         node.policy_source = self.provide
 
@@ -117,7 +119,10 @@ class PolicyFollower:
                 return
         except ChainUnavailable:
             return
-        for peer in self.node.connected_peers()[:PULL_PEERS]:
+        peers = self.node.connected_peers()
+        start = self._pulls * PULL_PEERS % max(1, len(peers))
+        self._pulls += 1
+        for peer in (peers[start:] + peers[:start])[:PULL_PEERS]:
             try:
                 for data in self.node.ask_policy(peer, self.latest + 1):
                     self._hear(data, peer)

@@ -3,8 +3,8 @@
 Invariants: a spec that passes `load_job_spec` is well-formed (types, ranges, at most 3 decimals for the
 clip values, amounts in whole wei and at most MAX_ETH); whatever bytes the file holds, a refusal is one
 `ConfigError` line naming the file and at most a few fields, never a traceback. `check_workable` refuses a
-spec no worker could run (a task the task registry does not know; a model other than the embedded one with
-no model_root for workers to check their weights against); `rollnet job deploy` runs it before any
+spec no worker could run (a task the task registry does not know; a model whose root neither model_root
+nor rollnet pins, so workers could not check their weights against it); `rollnet job deploy` runs it before any
 transaction. The chain-dependent rules (slash caps at the registry's minimum stakes, the timeline rule
 against the unbonding period) live only in `JobFactory.validateSpec`, which `rollnet job deploy` asks
 before sending anything, so a bad field is reported by its name in this file and costs no gas. Amounts
@@ -18,9 +18,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Annotated
 
-from eth_utils import is_address, keccak, to_checksum_address
+from eth_utils import is_address, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rollnet.node.errors import ConfigError
+from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_ROOT, EMBEDDED_TASK
 from rollnet.node.units import WEI_PER_ETH, eth_to_wei
 
 DAY = 86_400
@@ -28,7 +29,6 @@ MAX_ETH = Decimal(10) ** 9  # more ETH than will ever exist (about 1.2e8 today):
 MAX_SPEC_BYTES = 64 * 1024  # examples/job.toml is 3 KiB
 MAX_NAME_CHARS = 256
 MAX_PROBLEMS_SHOWN = 4
-KNOWN_MODELS = ("embedded",)  # model names whose weights rollnet itself builds; any other needs a model_root
 
 
 def _whole_wei(value: Decimal) -> Decimal:
@@ -55,8 +55,12 @@ CONTRACT_FIELDS = {
     "clipDeltaMilli": "clip_delta", "leaseDuration": "lease_seconds", "voteWindow": "vote_seconds",
     "appealWindow": "appeal_seconds", "rewardPerSample": "reward_per_sample_eth", "slashAmount": "slash_eth",
     "expiryFee": "expiry_fee_eth", "voterSlash": "voter_slash_eth", "absentPenalty": "absent_penalty_eth",
-    "appealBond": "appeal_bond_eth",
+    "appealBond": "appeal_bond_eth", "modelHash": "model_root", "taskConfigHash": "task",
+    "modelName": "model", "taskName": "task", "maxNewTokens": "max_new_tokens", "temperatureMilli": "temperature",
 }
+MAX_NEW_TOKENS = 4096  # JobFactory.MAX_NEW_TOKENS
+MAX_TEMPERATURE = Decimal(5)  # JobFactory.MAX_TEMPERATURE_MILLI / 1000
+MIN_TEMPERATURE = Decimal("0.1")  # JobFactory.MIN_TEMPERATURE_MILLI / 1000
 
 
 class JobSpecFile(BaseModel):
@@ -76,6 +80,10 @@ class JobSpecFile(BaseModel):
     appeal_rounds: int = Field(ge=1, le=3)
     clip_epsilon: Decimal = Field(gt=0, lt=1)
     clip_delta: Decimal = Field(gt=1, le=1000)
+    max_new_tokens: int = Field(6, ge=1, le=MAX_NEW_TOKENS, description="most tokens a completion may have")
+    temperature: Decimal = Field(Decimal(1), ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, description="sampling temperature")
+    chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
+    stop_on_eos: bool = Field(True, description="a completion ends at its first EOS (else always full length)")
     lease_seconds: Seconds
     vote_seconds: Seconds
     appeal_seconds: Seconds
@@ -94,6 +102,13 @@ class JobSpecFile(BaseModel):
                 if name in data:
                     raise ValueError(f"field '{name}' is gone: {replacement}")
         return data
+
+    @field_validator("model", "task")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        if not (value.isascii() and value.isprintable()):
+            raise ValueError("must be printable ASCII (the chain stores names as text every participant prints)")
+        return value
 
     @field_validator("model_root")
     @classmethod
@@ -119,22 +134,34 @@ class JobSpecFile(BaseModel):
 
     @model_validator(mode="after")
     def _thousandths(self) -> JobSpecFile:
-        for name in ("clip_epsilon", "clip_delta"):
+        for name in ("clip_epsilon", "clip_delta", "temperature"):
             if (getattr(self, name) * 1000) % 1 != 0:
                 raise ValueError(f"{name} has more than 3 decimal places")
         return self
 
+    @property
+    def pinned_by_rollnet(self) -> bool:
+        """Whether rollnet pins this model's root itself: the embedded model built for its default task."""
+        return self.model == EMBEDDED_MODEL and self.task == EMBEDDED_TASK
+
     def root_of_version_zero(self) -> bytes:
+        """The base model's content root: model_root, else the embedded model's pinned root."""
         if self.model_root:
             return bytes.fromhex(self.model_root[2:])
-        return keccak(text=f"rollnet/model/{self.model}")
+        if self.pinned_by_rollnet:
+            return bytes.fromhex(EMBEDDED_ROOT)
+        raise ConfigError(f"model {_printable(self.model)!r} for task {_printable(self.task)!r} has no pinned "
+                          "content root: set model_root (or deploy with --model PATH)")
 
     def to_abi(self, requester: str) -> tuple:
-        """The `JobSpec` struct as a tuple in Solidity field order."""
+        """The `JobSpec` struct as a tuple in Solidity field order; the task's configuration hash comes from
+        the task registry (an unknown task is a ConfigError)."""
+        from rollnet.node.tasks import load_task, task_config_hash
+
         trainer = requester if self.trainer == "self" else self.trainer
         return (
             self.root_of_version_zero(),
-            keccak(text=f"rollnet/task/{self.task}"),
+            task_config_hash(load_task(self.task)),
             trainer,
             self.group_size,
             self.tasks_per_lease,
@@ -152,6 +179,12 @@ class JobSpecFile(BaseModel):
             eth_to_wei(self.voter_slash_eth, "voter_slash_eth"),
             eth_to_wei(self.absent_penalty_eth, "absent_penalty_eth"),
             eth_to_wei(self.appeal_bond_eth, "appeal_bond_eth"),
+            self.model,
+            self.task,
+            self.max_new_tokens,
+            int(self.temperature * 1000),
+            self.chat_template,
+            self.stop_on_eos,
         )
 
     def lease_cost_wei(self) -> int:
@@ -228,11 +261,11 @@ def check_workable(spec: JobSpecFile, source: str = "spec") -> None:
         load_task(spec.task)
     except ConfigError as exc:
         raise ConfigError(f"{source}: field 'task': {exc}") from None
-    if spec.model not in KNOWN_MODELS and spec.model_root is None:
+    if spec.model_root is None and not spec.pinned_by_rollnet:
         raise ConfigError(
-            f"{source}: field 'model': {_printable(spec.model)!r} is not a model rollnet builds (known: "
-            f"{', '.join(KNOWN_MODELS)}); for any other model set model_root to its bf16 content root, or deploy "
-            "with --model PATH, so workers can check their weights against it")
+            f"{source}: field 'model': rollnet pins the root only of the {EMBEDDED_MODEL!r} model for "
+            f"{EMBEDDED_TASK!r}; for {_printable(spec.model)!r} with task {_printable(spec.task)!r} set model_root "
+            "to its bf16 content root, or deploy with --model PATH, so workers can check their weights against it")
 
 
 def explain_spec_refusal(error_name: str | None, args: dict, source: str) -> ConfigError | None:

@@ -1,17 +1,27 @@
 """TOPLOC activation commitments: prove which final hidden states a generation produced, verify cheaply.
 
 Proof format (public TOPLOC layout, byte-compatible): for every chunk of 32 generated positions, the 128
-largest-magnitude values of the chunk's final hidden states (the last norm's output, flattened in
+largest-magnitude values of the chunk's final hidden states (the last norm's output, in bf16, flattened in
 row-major order) are interpolated as a polynomial of degree <= 127 over GF(65497): x = flat index mod m,
 where m <= 65497 is the largest modulus keeping the 128 indices distinct, and y = the value's bf16 bit
 pattern (mod 65497). A chunk's proof is 258 bytes: big-endian u16 m, then the 128 coefficients c0..c127
-(constant term first) as big-endian u16.
+(constant term first) as big-endian u16. The prover selects its 128 values as the public reference
+(PyPI toploc 0.1.6) does, `torch.topk` over the bf16 magnitudes, so for the same bf16 states on the same
+device its proofs are byte-identical to the reference's, and the reference verifies them exactly.
 
-Verification recomputes the hidden states (one prefill), takes its own top-128 per chunk, evaluates the
-committed polynomial at its own indices mod m, and compares the claimed bf16 patterns with its own:
-the number of exponent mismatches, and the mean and median absolute mantissa difference where exponents
-agree, must stay within thresholds. Invariant: `verify(prove(h), h)` passes for every h, and any
-failure names its first failing chunk and which statistic failed.
+Ties at the boundary: when the 128th and 129th largest magnitudes are equal (most chunks of a real model in
+bf16), which of the tied positions get committed is the prover's arbitrary choice (torch.topk's, used by the
+reference and by rollnet's prover, depends on the device; a stable sort, `top_k`, takes the lowest indices).
+So verification assumes none: it recomputes the hidden states (one prefill), splits each chunk into the
+positions strictly above the 128th magnitude T (every one must be committed) and those equal to T (any
+128 - |above| of them may be), evaluates the committed polynomial at all of them (x mod m), and compares the
+claimed bf16 patterns with its own over the strict ones plus the tied ones whose claims match best (agreeing
+exponent first, then the smallest mantissa difference; every tied position has the same own exponent and
+mantissa, so only which of them were committed is left open). The statistics are the number of exponent
+mismatches, and the mean and median absolute mantissa difference where exponents agree; each must stay
+within its threshold. Invariant: `verify(p, h)` passes for a proof p of h that commits to any valid top-128
+selection (rollnet's or the reference's); when the 128th and 129th magnitudes differ the statistics are
+those of a fixed-selection check; any failure names its first failing chunk and which statistic failed.
 """
 
 from __future__ import annotations
@@ -133,6 +143,12 @@ def _bf16_patterns(values: torch.Tensor) -> np.ndarray:
     return values.to(torch.bfloat16).contiguous().view(torch.int16).numpy().view(np.uint16).astype(np.int64)
 
 
+def _boundary(magnitude: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions strictly above the k-th largest magnitude, positions equal to it), each in index order."""
+    cutoff = torch.topk(magnitude, k, sorted=False).values.min()
+    return torch.nonzero(magnitude > cutoff).flatten(), torch.nonzero(magnitude == cutoff).flatten()
+
+
 def top_k(chunk: torch.Tensor, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
     """(flat indices, bf16 patterns) of the k largest |values| of a chunk, in a deterministic order."""
     flat = chunk.to(torch.bfloat16).reshape(-1)
@@ -140,13 +156,20 @@ def top_k(chunk: torch.Tensor, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
     magnitude = flat.float().abs()
     # Equal to a stable descending argsort of the whole chunk, cut at k (ties broken by the lower index),
     # but a partial selection: everything above the k-th magnitude, then the lowest-indexed equal ones.
-    cutoff = torch.topk(magnitude, k, sorted=False).values.min()
-    above = torch.nonzero(magnitude > cutoff).flatten()
-    at = torch.nonzero(magnitude == cutoff).flatten()[: k - len(above)]
-    chosen = torch.cat([above, at])
+    above, at = _boundary(magnitude, k)
+    chosen = torch.cat([above, at[: k - len(above)]])
     order = chosen[torch.argsort(magnitude[chosen], descending=True, stable=True)]
     # The selection runs where the activations are (a GPU under vLLM); only the k chosen values reach the host.
     return order.cpu().numpy().astype(np.int64), _bf16_patterns(flat[order].cpu())
+
+
+def committed_top_k(chunk: torch.Tensor, k: int = TOP_K) -> tuple[np.ndarray, np.ndarray]:
+    """(flat indices, bf16 patterns) a proof commits to: the k largest |values| chosen as the public reference
+    chooses them, `torch.topk` over the bf16 magnitudes where the activations are (ties at the k-th value go
+    as torch.topk breaks them on that device; `check_chunk` accepts any of them)."""
+    flat = chunk.to(torch.bfloat16).reshape(-1)
+    chosen = flat.abs().topk(min(k, flat.numel())).indices
+    return chosen.cpu().numpy().astype(np.int64), _bf16_patterns(flat[chosen].cpu())
 
 
 def choose_modulus(indices: np.ndarray) -> int:
@@ -169,7 +192,7 @@ def prove_many(hiddens: list[torch.Tensor], chunk_tokens: int = CHUNK_TOKENS) ->
     chunks = [(s, start) for s, h in enumerate(hiddens) for start in range(0, h.shape[0], chunk_tokens)]
     prepared = []
     for sequence, start in chunks:
-        indices, patterns = top_k(hiddens[sequence][start:start + chunk_tokens])
+        indices, patterns = committed_top_k(hiddens[sequence][start:start + chunk_tokens])
         prepared.append((choose_modulus(indices), indices, patterns))
     coefficients = [np.zeros(TOP_K, dtype=np.int64) for _ in prepared]
     full = [i for i, (_, indices, _) in enumerate(prepared) if len(indices) == TOP_K]
@@ -198,13 +221,25 @@ def parse_proof(proof: bytes) -> tuple[int, np.ndarray]:
 
 
 def check_chunk(proof: bytes, chunk: torch.Tensor, index: int) -> ChunkCheck:
+    """The statistics of one chunk's proof against the verifier's own states, robust to boundary ties."""
     modulus, coefficients = parse_proof(proof)
-    indices, own = top_k(chunk)
+    flat = chunk.to(torch.bfloat16).reshape(-1)
+    k = min(TOP_K, flat.numel())
+    above, tied = _boundary(flat.float().abs(), k)
+    positions = torch.cat([above, tied])
+    indices, own = positions.cpu().numpy().astype(np.int64), _bf16_patterns(flat[positions].cpu())
     claimed = evaluate(coefficients, indices % modulus)
     own_mod = own % PRIME
     exponent_claimed, exponent_own = (claimed >> 7) & 0xFF, (own_mod >> 7) & 0xFF
     agree = exponent_claimed == exponent_own
-    mantissa_diff = np.abs((claimed & 0x7F) - (own_mod & 0x7F))[agree]
+    mantissa_diff = np.abs((claimed & 0x7F) - (own_mod & 0x7F))
+    # Every strict position counts; of the tied ones (equal own patterns up to sign), the k - len(above)
+    # whose claims match best: agreeing exponents first, then the smallest mantissa differences.
+    strict = len(above)
+    best_tied = strict + np.lexsort((mantissa_diff[strict:], ~agree[strict:]))[: k - strict]
+    keep = np.concatenate([np.arange(strict), best_tied])
+    agree, mantissa_diff = agree[keep], mantissa_diff[keep]
+    mantissa_diff = mantissa_diff[agree]
     return ChunkCheck(
         index,
         int((~agree).sum()),

@@ -56,7 +56,7 @@ class ChainCommittee:
     def __init__(self, job: JobClient, registry: RegistryClient):
         self.job = job
         self.registry = registry
-        self.vote_window = job.spec()["vote_window"]
+        self.vote_window = job.spec().vote_window
         self._seats: dict[tuple[int, str], Seat] = {}
         self._closes: dict[int, int] = {}
 

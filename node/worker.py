@@ -91,14 +91,18 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
 
 
 def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
-               store: ObjectStore, *, policy_version: int, policy_root: str, max_new_tokens: int = 6,
-               delay_s: float = 0.0, tamper: Tamper = HONEST) -> SubmittedLease:
+               store: ObjectStore, *, policy_version: int, policy_root: str, delay_s: float = 0.0,
+               tamper: Tamper = HONEST) -> SubmittedLease:
+    """Generate, prove and submit one lease's batch exactly as the job's on-chain recipe says (length,
+    temperature, EOS), so the validators check what the worker did."""
     if not lease.seed_drawn:
         raise RollnetError(f"lease {lease.lease_id} has no prompt seed yet: draw it first (claim_with_seed)")
     spec = job.spec()
-    rollouts = backend.generate(leased_instances(task, lease, spec["tasks_per_lease"]), spec["group_size"],
-                                max_new_tokens=max_new_tokens, temperature=1.0, policy_version=policy_version,
-                                policy_root=policy_root)
+    recipe = spec.recipe
+    rollouts = backend.generate(leased_instances(task, lease, spec.tasks_per_lease), spec.group_size,
+                                max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature,
+                                policy_version=policy_version, policy_root=policy_root,
+                                ignore_eos=not recipe.stop_on_eos)
     data = submission_bytes(job.address, lease, worker, task, rollouts, policy_version, tamper.rollouts(rollouts))
     root = object_root(data) if tamper.withhold else store.put(data)
     if delay_s:
@@ -124,14 +128,12 @@ class WorkerLoop:
     _undecided: list[int] = field(default_factory=list)
     _keeper_at: float = 0.0
     _low_lease: int = 1
-    _spec: dict = field(default_factory=dict)
     _idle_reason: str = ""
     _appealed: set[tuple[int, int]] = field(default_factory=set)
     _settled_own: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._spec = self.job.spec()
-        self.keeper = Keeper(self.job, self.events, self._spec)
+        self.keeper = Keeper(self.job, self.events, self.job.spec())
 
     def step(self) -> bool:
         """Claim, generate and submit one lease; returns False when it had to wait instead."""
@@ -143,9 +145,9 @@ class WorkerLoop:
             return False  # back-pressure: validators are behind, and more batches would only age in their queue
         current = self.job.current_version()
         version = min(self.follower.latest, current)
-        if current - version > self._spec["max_staleness"]:
+        if current - version > self.job.spec().max_staleness:
             self.events.emit("waiting_for_policy", have=version, chain=current)
-            self.follower.wait_for(current - self._spec["max_staleness"], timeout=2.0)
+            self.follower.wait_for(current - self.job.spec().max_staleness, timeout=2.0)
             return False
         backend = self.policies.at(version)
         lease = claim_with_seed(self.job)
@@ -195,7 +197,7 @@ class WorkerLoop:
         """An honest worker knows its batch is good: it appeals a rejection or a void round while it can."""
         if self.tamper is not HONEST or (lease.lease_id, lease.round) in self._appealed:
             return
-        if not appealable(lease, now, self._spec):
+        if not appealable(lease, now, self.job.spec()):
             return
         outcome = current_outcome(self.job, lease, now)
         if outcome not in (Outcome.REJECT, Outcome.VOID):

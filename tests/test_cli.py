@@ -41,6 +41,7 @@ def test_new_user_flow_with_the_console_script(data_dir: Path) -> None:
         status = run("job", "status", job)
         assert status.returncode == 0, status.stderr
         assert "5 ETH" in status.stdout and "8 x 8" in status.stdout
+        assert "addition-2digit" in status.stdout and "up to 6 new tokens" in status.stdout  # the recipe
         node = run("node", "status")
         assert re.search(r"active stake \(free\)\s+10 ETH", node.stdout), node.stdout
         assert "16Uiu2HA" in node.stdout  # a secp256k1 libp2p peer ID, proven to the registry at join
@@ -152,7 +153,8 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
         ("max_staleness = 4 ", "max_staleness = 4\nstalenes = 3\n", r"unknown field 'stalenes'"),
         ('task = "addition-2digit"', 'task = "no-such-task"',
          r"field 'task': unknown task 'no-such-task': use addition-2digit, gym:<dataset> or a \.jsonl file"),
-        ('model = "embedded"', 'model = "llama-9000"', r"field 'model': 'llama-9000' is not a model rollnet builds"),
+        ('model = "embedded"', 'model = "llama-9000"',
+         r"field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit'; for 'llama-9000'"),
         ('reward_per_sample_eth = "0.001"', 'reward_per_sample_eth = "1e70"', r"field 'reward_per_sample_eth'"),
     ],
 )

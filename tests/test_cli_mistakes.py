@@ -256,7 +256,8 @@ FINDINGS = [
          spec_edit=('task = "addition-2digit"', 'task = "no-such-task"')),
     Case("finding: job deploy an unknown model, before any transaction",
          ["--rpc-url", DEAD_RPC, "job", "deploy", "--spec", "{EDITED_SPEC}", "--budget", "5", "--dev-account", "0"],
-         "runtime", "field 'model': 'llama-9000' is not a model rollnet builds \\(known: embedded\\)",
+         "runtime", "field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit'; "
+         "for 'llama-9000' with task",
          spec_edit=('model = "embedded"', 'model = "llama-9000"')),
     Case("finding: job deploy --model FILE", ["job", "deploy", "--spec", "{SPEC}", "--budget", "5", "--model",
                                               "{FILE}"], "usage", "--model.*is a file"),

@@ -37,6 +37,16 @@ def test_a_recipe_builds_the_same_weights_every_time(tmp_path: Path) -> None:
     assert first["bf16_content_root"] == second["bf16_content_root"]
 
 
+def test_the_default_build_has_the_pinned_root(model_home: Path) -> None:
+    """The embedded model is the same bits on every machine with the pinned packages: the root a job spec
+    pins for it on chain. (A machine whose arithmetic differs is told so at build time, and fetches the
+    model from peers instead: see test_late_join.)"""
+    from rollnet.node.model.pinned import EMBEDDED_ROOT
+
+    (folder,) = (model_home / "models").glob("addition-2digit-*")
+    assert load_metadata(folder)["bf16_content_root"] == EMBEDDED_ROOT
+
+
 def test_model_init_reuses_the_cache(model_home: Path, capsys: pytest.CaptureFixture) -> None:
     capsys.readouterr()
     assert main(["--data-dir", str(model_home), "model", "init"]) == 0

@@ -27,9 +27,11 @@ from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.model.pinned import EMBEDDED_TASK
 from rollnet.node.p2p.fetch import p2p_fetcher
 from rollnet.node.p2p.identity import load_or_create_identity
-from rollnet.node.participant import register_trainer, start_participant
+from rollnet.node.participant import register_trainer, serve_anchors, start_participant
+from rollnet.node.recipe import recipe_task
 from rollnet.node.tasks import load_task
 from rollnet.trainer.config import GRPOConfig
 from rollnet.trainer.local import LocalRun
@@ -44,15 +46,16 @@ def run(
     ctx: typer.Context,
     steps: int = typer.Option(60, "--steps", min=1, help="train until this many versions exist"),
     lag: int = typer.Option(0, "--lag", min=0, help="simulated staleness: sample with the policy LAG versions old"),
-    max_staleness: int = typer.Option(4, "--max-staleness", min=0),
-    epsilon: float = typer.Option(0.2, "--epsilon"),
-    delta: float = typer.Option(4.0, "--delta", help="cap for negative-advantage ratios; 0 turns it off"),
+    max_staleness: int = typer.Option(None, "--max-staleness", min=0, help="default 4; with --job, the recipe's"),
+    epsilon: float = typer.Option(None, "--epsilon", help="GRPO clip ε (default 0.2; with --job, the recipe's)"),
+    delta: float = typer.Option(None, "--delta", help="cap for negative-advantage ratios, 0 turns it off (default "
+                                "4; with --job, the recipe's)"),
     lr: float = typer.Option(1e-5, "--lr"),
     optimizer_steps: int = typer.Option(4, "--optimizer-steps", min=1),
     prompts_per_step: int = typer.Option(32, "--prompts-per-step", min=1),
-    group_size: int = typer.Option(8, "--group-size", min=2),
+    group_size: int = typer.Option(None, "--group-size", min=2, help="default 8; with --job, the recipe's"),
     loss: str = typer.Option("token", "--loss", help="token or sequence normalisation"),
-    task: str = typer.Option("addition-2digit", "--task"),
+    task: str = typer.Option(None, "--task", help="default addition-2digit; with --job, the recipe's"),
     model: Path = typer.Option(None, "--model", help="local model folder (default: the embedded model)",
                                **params.INPUT_DIR),
     run_dir: Path = typer.Option(None, "--run-dir", help="state and policy store (default <data-dir>/trainer)",
@@ -73,17 +76,27 @@ def run(
 ) -> None:
     """Train with GRPO on locally generated rollouts (or, with --job, on the market's validated rollouts);
     every version is signed and stored as a delta."""
-    config = GRPOConfig.make(epsilon=epsilon, delta=delta or None, lr=lr, optimizer_steps=optimizer_steps,
-                             prompts_per_step=prompts_per_step, group_size=group_size, max_staleness=max_staleness,
-                             loss_normalisation=loss)
     cli = get_context(ctx)
-    task_def = load_task(task)
     signer = cli.signer(key, dev_account)
     market_job = connect_job(cli, signer, job) if job is not None else None  # chain mistakes before model loading
+    flags = {"epsilon": epsilon, "delta": delta, "group_size": group_size, "max_staleness": max_staleness}
+    private = {"lr": lr, "optimizer_steps": optimizer_steps, "prompts_per_step": prompts_per_step,
+               "loss_normalisation": loss}
+    if market_job is not None:
+        recipe = market_job.spec().recipe
+        config = GRPOConfig.for_recipe(recipe, flags, **private)
+    else:
+        recipe = None
+        chosen = {name: value for name, value in flags.items() if value is not None}
+        if chosen.get("delta") == 0:
+            chosen["delta"] = None
+        config = GRPOConfig.make(**chosen, **private)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     folder = run_dir or cli.data_dir / "trainer"
-    policy, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
+    task_name = recipe.task_name if recipe else task or EMBEDDED_TASK
+    policy, tokenizer = load_policy(resolve_model(cli.data_dir, model, task_name))
+    task_def = recipe_task(recipe, tokenizer, task_flag=task) if recipe else load_task(task_name)
     store = PolicyStore(folder / "policies", trainer=signer.address)
     trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer)
     if market_job is not None:
@@ -93,7 +106,8 @@ def run(
     if trainer.version:
         console.print(f"resumed at version {trainer.version} from {folder}")
     base = local.held_out_accuracy()
-    table = Table(title=f"GRPO, lag {lag}, max staleness {max_staleness}, ε {epsilon}, δ {delta or 'off'}")
+    table = Table(title=f"GRPO, lag {lag}, max staleness {config.max_staleness}, ε {config.epsilon}, "
+                        f"δ {config.delta or 'off'}")
     for column in ("version", "sampled reward", "loss", "clipped", "max ratio", "g", "delta bytes", "s"):
         table.add_column(column, justify="right")
     history = []
@@ -128,8 +142,8 @@ def connect_job(cli: CliContext, signer: LocalAccount, job: str) -> JobClient:
     its trainer."""
     client, deployment = cli.client(signer)
     job_client = JobClient(client, resolve_job(client, deployment, job))
-    if job_client.spec()["trainer"].lower() != signer.address.lower():
-        raise RollnetError(f"job {job_client.address} names trainer {job_client.spec()['trainer']}, "
+    if job_client.spec().trainer.lower() != signer.address.lower():
+        raise RollnetError(f"job {job_client.address} names trainer {job_client.spec().trainer}, "
                            f"not {signer.address}")
     return job_client
 
@@ -145,6 +159,7 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
                                     advertise=advertise)
     node, address = participant.node, participant.address
     try:
+        serve_anchors(node, job_client.address, trainer.store, trainer.model.config, trainer.tokenizer)
         for path in filter(None, (cli.data_dir / "p2p-addr", addr_file)):
             path.write_text(address + "\n")
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),

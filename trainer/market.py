@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rollnet.node.chain.job import JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
@@ -39,7 +39,7 @@ from rollnet.trainer.trainer import Trainer
 log = logging.getLogger(__name__)
 
 
-def chain_decision(job: JobClient, lease: Lease, now: int, spec: dict) -> bool | None:
+def chain_decision(job: JobClient, lease: Lease, now: int, spec: ChainSpec) -> bool | None:
     """What the chain says of a batch once its outcome is final: True accepted, False rejected, void or gone,
     None not final yet (an appealable decision can still be overturned)."""
     outcome = final_outcome(job, lease, now, spec)
@@ -68,22 +68,23 @@ class MarketTrainer:
         self.reannounce_s = reannounce_s
         spec = job.spec()
         self.spec = spec
-        if spec["trainer"].lower() != trainer.signer.address.lower():
-            raise RollnetError(f"job {job.address} names trainer {spec['trainer']}, not {trainer.signer.address}")
+        if spec.trainer.lower() != trainer.signer.address.lower():
+            raise RollnetError(f"job {job.address} names trainer {spec.trainer}, not {trainer.signer.address}")
         config = trainer.config
-        if spec["group_size"] != config.group_size:
-            raise RollnetError(f"the job samples groups of {spec['group_size']}, the trainer expects "
-                               f"{config.group_size}: pass --group-size {spec['group_size']}")
+        contradictions = config.contradictions(spec.recipe)
+        if contradictions:
+            raise RollnetError(f"the trainer's settings contradict the job's recipe on chain "
+                               f"({'; '.join(contradictions)}): build its config with GRPOConfig.for_recipe")
         if trainer.store.roots.get(0) != job.policy_root(0):
             raise RollnetError("the base model's bf16 content root differs from the job's model root: deploy the "
                                "job with model_root = the base model's root (see `rollnet model init`)")
-        self.buffer = RolloutBuffer(config.group_size, min(config.max_staleness, spec["max_staleness"]),
+        self.buffer = RolloutBuffer(config.group_size, spec.max_staleness,
                                     trainer.model.config.vocab_size)
         self.buffer.advance(trainer.version)
         self.book = VerdictBook(job.address, ChainCommittee(job, registry))
         self.verdict_topic = topics(job.address)["verdict"]
         self.policy_topic = topics(job.address)["policy"]
-        node.subscribe(self.verdict_topic, authorize=JobAuthorizer(job.address, spec["trainer"], registry))
+        node.subscribe(self.verdict_topic, authorize=JobAuthorizer(job.address, spec.trainer, registry))
         self.counts = MarketCounts()
         self._announcements: dict[int, bytes] = {}
         self._recent = recent_versions

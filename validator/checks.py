@@ -5,8 +5,9 @@ on chain; the submission parses; its header names this job, this lease, the leas
 on chain; it is signed by the lease holder, who is an active staked worker; its policy root is the one
 the trainer published for that version; its rollouts are exactly group_size samples of each leased task
 (seeds from the chain), no more and no others; every claimed reward equals the one recomputed from the
-completion tokens; and each rollout passes the prompt, seeded-sampling and TOPLOC checks at the claimed
-version. A rejection says which check failed and why.
+completion tokens; and each rollout passes the prompt, completion-bounds (ends exactly at EOS or at the
+recipe's max new tokens), seeded-sampling, TOPLOC and claimed log-prob checks at the claimed version and the
+recipe's generation settings (see `rollnet.node.rollout.verify`). A rejection says which check failed and why.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from rollnet.node.chain.job import Lease
 from rollnet.node.p2p.objects import object_root
 from rollnet.node.rollout.submission import SubmissionError, parse_submission
-from rollnet.node.rollout.verify import verify_rollouts
+from rollnet.node.rollout.verify import LOGPROB_TOLERANCE, completion_bounds_problem, verify_rollouts
 from rollnet.node.tasks import Task
 from rollnet.node.worker import leased_instances
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
@@ -53,7 +54,11 @@ class SubmissionContext:
 
 
 def check_submission(data: bytes | None, context: SubmissionContext, task: Task, model: PreTrainedModel,
-                     tokenizer: PreTrainedTokenizerFast) -> Check:
+                     tokenizer: PreTrainedTokenizerFast, *, temperature: float = 1.0, max_new_tokens: int | None = None,
+                     eos_token_id: int | None = None, stop_on_eos: bool = True,
+                     logprob_tolerance: float | None = LOGPROB_TOLERANCE) -> Check:
+    """The recipe's generation settings (temperature, max new tokens, EOS, stop on EOS) are what the
+    rollouts are checked against; without `max_new_tokens` completion lengths go unchecked."""
     lease = context.lease
     if data is None:
         return reject(DATA_UNAVAILABLE)
@@ -83,17 +88,28 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
     got = [(r.task_seed, r.sample) for r in batch.rollouts]
     if len(got) != len(set(got)) or set(got) != expected:
         return reject("the rollouts are not exactly group_size samples of each leased task")
+    vocab = model.config.vocab_size
+    if any(not 0 <= t < vocab for r in batch.rollouts for t in r.prompt_tokens + r.tokens):
+        return reject("token ids outside the model's vocabulary")
+    if max_new_tokens is not None:  # before any decoding: an over-long completion costs the validator nothing
+        eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+        for record in batch.rollouts:
+            problem = completion_bounds_problem(record.tokens, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                                                stop_on_eos=stop_on_eos)
+            if problem is not None:
+                reason, position = problem
+                return reject(f"task {record.task_seed} sample {record.sample}: {reason} (at {position})")
     for record in batch.rollouts:
         recomputed = task.reward(task.instance(record.task_seed), tokenizer.decode(record.tokens,
                                                                                   skip_special_tokens=True))
         if record.reward is not None and abs(record.reward - recomputed) > 1e-9:
             return reject(f"task {record.task_seed} sample {record.sample}: claimed reward {record.reward}, "
                           f"recomputed {recomputed}")
-    vocab = model.config.vocab_size
     rollouts = batch.to_rollouts()
-    if any(not 0 <= t < vocab for r in rollouts for t in r.prompt_tokens + r.tokens):
-        return reject("token ids outside the model's vocabulary")
-    for rollout, verdict in zip(rollouts, verify_rollouts(model, tokenizer, task, rollouts), strict=True):
+    verdicts = verify_rollouts(model, tokenizer, task, rollouts, temperature=temperature,
+                               max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, stop_on_eos=stop_on_eos,
+                               logprob_tolerance=logprob_tolerance)
+    for rollout, verdict in zip(rollouts, verdicts, strict=True):
         if not verdict.ok:
             return reject(f"task {rollout.task_seed} sample {rollout.sample}: {verdict.reason}"
                           + (f" (at {verdict.position})" if verdict.position is not None else ""))

@@ -21,14 +21,14 @@ from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.ledger import SubmissionLedger
-from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.model.peer_source import job_model
 from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.fetch import p2p_fetcher
 from rollnet.node.p2p.host import topics
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.participant import start_participant
 from rollnet.node.policy_sync import PolicyFollower
-from rollnet.node.tasks import load_task
+from rollnet.node.recipe import agree, recipe_task
 from rollnet.node.units import eth_to_wei, format_eth
 from rollnet.validator.daemon import ValidatorDaemon
 
@@ -40,7 +40,7 @@ def run(
     ctx: typer.Context,
     stake: str = typer.Option("10", "--stake", help="ETH to stake if not yet registered as a validator", **params.ETH),
     job: str = typer.Option("latest", "--job", help="job address, or 'latest'", **params.JOB),
-    task: str = typer.Option("addition-2digit", "--task", help="the job's task"),
+    task: str = typer.Option(None, "--task", help="the job's task (default and only choice: the recipe's on chain)"),
     model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)",
                                **params.INPUT_DIR),
     policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)",
@@ -72,16 +72,20 @@ def run(
         console.print(f"joined as validator: {account.address} staked {format_eth(stake_wei)}")
     elif not registry.is_active(account.address, Role.VALIDATOR):
         raise RollnetError(f"{account.address} is registered but not an active validator: see `rollnet node status`")
-    task_def = load_task(task)
-    base, tokenizer = load_policy(resolve_model(cli.data_dir, model, task))
     spec = job_client.spec()
-    store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"])
+    recipe = spec.recipe
+    agree("--task", task, recipe.task_name)
+    store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec.trainer)
     node = start_participant(registry, job_client, cli.data_dir, cli.data_dir / "objects", listen=listen,
                              advertise=advertise, bootstrap=bootstrap).node
     try:
         events = EventLog(cli.data_dir)
         follower = PolicyFollower(node, store, job_client, registry, events)
-        follower.ensure_base(base, strict=False)
+        # Local if it is the job's base model, else the newest anchor from peers, checked against the chain.
+        obtained = job_model(follower, cli.data_dir, model, recipe.task_name, strict=False)
+        base, tokenizer = obtained.model, obtained.tokenizer
+        console.print(f"the job's model: {obtained.source}")
+        task_def = recipe_task(recipe, tokenizer, task_flag=task)
         verdict_topic = topics(job_client.address)["verdict"]
         daemon = ValidatorDaemon(job_client, registry, account, task_def,
                                  StorePolicies(store, base, tokenizer, job_client.policy_root),

@@ -32,7 +32,13 @@ from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.tasks import Task
 from rollnet.node.verdicts import seal_verdict
-from rollnet.validator.checks import POLICY_UNAVAILABLE, SubmissionContext, check_submission, is_unavailability
+from rollnet.validator.checks import (
+    POLICY_UNAVAILABLE,
+    Check,
+    SubmissionContext,
+    check_submission,
+    is_unavailability,
+)
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
@@ -148,11 +154,11 @@ class ValidatorDaemon:
             contest_until = appeal_deadline(lease, self.spec)
             if not voting and not appealable(lease, now, self.spec):
                 continue  # too late to vote or to appeal; a later round may draw us again
-            patient = (now < lease.deadline - self.spec["vote_window"] // 2 if voting
-                       else now < contest_until - self.spec["appeal_window"] // 2)
+            patient = (now < lease.deadline - self.spec.vote_window // 2 if voting
+                       else now < contest_until - self.spec.appeal_window // 2)
             context = SubmissionContext(
-                job=self.job.address, lease=lease, group_size=self.spec["group_size"],
-                tasks_per_lease=self.spec["tasks_per_lease"],
+                job=self.job.address, lease=lease, group_size=self.spec.group_size,
+                tasks_per_lease=self.spec.tasks_per_lease,
                 policy_root=self._retrying(self.job.policy_root, lease.policy_version),
                 worker_active=self._retrying(self.registry.is_active, lease.worker, Role.WORKER),
             )
@@ -169,7 +175,15 @@ class ValidatorDaemon:
             if data is None and patient:
                 log.info("lease %d: data not available yet; retrying next round", pending.lease_id)
                 continue  # a busy or restarting worker gets half the vote window before "unavailable" counts
-            check = check_submission(data, context, self.task, model, tokenizer)
+            recipe = self.spec.recipe  # every rollout is checked against the chain's generation settings
+            try:
+                check = check_submission(data, context, self.task, model, tokenizer, temperature=recipe.temperature,
+                                         max_new_tokens=recipe.max_new_tokens, stop_on_eos=recipe.stop_on_eos)
+            except (ValueError, OverflowError, IndexError, TypeError, KeyError) as exc:
+                # The checks refuse malformed input by name; anything that still breaks them is the batch's doing,
+                # and must cost a vote, never the daemon (which would re-judge it after a restart, forever).
+                log.warning("lease %d: the batch broke a check (%s: %s)", pending.lease_id, type(exc).__name__, exc)
+                check = Check(False, f"the batch breaks the validator's checks ({type(exc).__name__})")
             self._record(pending, lease, check.accept, check.reason)
             judged += 1
         return judged

@@ -5,8 +5,8 @@ pragma solidity 0.8.30;
 /// @dev Invariant: one definition shared by the factory, the job and the Python bindings (field order is ABI).
 ///      There is no arbiter: outcomes come only from stake-weighted committees of validators and their appeals.
 struct JobSpec {
-    bytes32 modelHash; // content root of the base policy (version 0)
-    bytes32 taskSetId; // which procedural task generator / task file
+    bytes32 modelHash; // content root of the base policy (version 0): the recipe's model, pinned bit for bit
+    bytes32 taskConfigHash; // keccak256 of the task set's canonical configuration (see `taskName`)
     address trainer; // publishes policy versions (and has no other power)
     uint32 groupSize; // completions per task
     uint32 tasksPerLease; // tasks leased together and submitted under one Merkle root
@@ -24,6 +24,13 @@ struct JobSpec {
     uint256 voterSlash; // wei slashed from each voter on the losing side of the final outcome
     uint256 absentPenalty; // wei taken from a drawn committee member who did not vote
     uint256 appealBond; // wei the first appeal posts; each later round's bond doubles
+    // The rest of the recipe: how every worker generates and every validator checks, read from here by all.
+    string modelName; // the base model's name ("embedded", "smollm2", ...); `modelHash` pins its weights
+    string taskName; // a task set registered in rollnet's task registry; `taskConfigHash` pins its configuration
+    uint32 maxNewTokens; // most tokens a completion may have
+    uint32 temperatureMilli; // sampling temperature x 1000
+    bool chatTemplate; // prompts are wrapped in the tokenizer's chat template
+    bool stopOnEos; // a completion ends at its first EOS (else it is always maxNewTokens long)
 }
 
 /// @notice What jobs need of the node registry.

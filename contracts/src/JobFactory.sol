@@ -9,7 +9,8 @@ import {TrainingJob} from "./TrainingJob.sol";
 /// @notice Requesters create training jobs here. Each job is a clone of one TrainingJob implementation,
 ///         funded with the requester's budget in escrow, and only such jobs may lock and slash stake.
 /// @dev Invariants: isJob[a] is true exactly for the clones this factory created. Every job's spec passes
-///      `validateSpec`: positive bonds, fees and slashes, each slash capped at its role's minimum stake, and
+///      `validateSpec`: a whole recipe (model root and name, task name and configuration hash, generation
+///      bounds), positive bonds, fees and slashes, each slash capped at its role's minimum stake, and
 ///      the timeline rule `timeline(spec) < registry.unbondingPeriod()`, stated once here, so a stake that
 ///      starts unbonding after a committee's snapshot stays slashable until every round of that lease
 ///      can have ended, plus a keeper margin of at least a day.
@@ -24,6 +25,15 @@ contract JobFactory {
     uint64 public constant MIN_WINDOW = 60;
     /// @notice The absent penalty is at most this fraction (1/n) of the voter slash: small and bounded.
     uint256 public constant ABSENT_PENALTY_DIVISOR = 10;
+    /// @notice Longest model and task names, in bytes.
+    uint256 public constant MAX_NAME_BYTES = 256;
+    /// @notice Most new tokens a recipe may ask of a completion.
+    uint32 public constant MAX_NEW_TOKENS = 4096;
+    /// @notice Highest sampling temperature, x 1000.
+    uint32 public constant MAX_TEMPERATURE_MILLI = 5000;
+    /// @notice Lowest sampling temperature, x 1000: below it, honest arithmetic differences between machines
+    ///         decide the sampled token, and the validators' checks have no tolerance left.
+    uint32 public constant MIN_TEMPERATURE_MILLI = 100;
 
     /// @notice The registry whose stake jobs check and slash.
     INodeRegistry public immutable registry;
@@ -80,6 +90,14 @@ contract JobFactory {
     ///         client can check a spec before sending it.
     /// @param s The spec.
     function validateSpec(JobSpec calldata s) public view {
+        if (s.modelHash == bytes32(0)) revert InvalidSpec("modelHash");
+        if (s.taskConfigHash == bytes32(0)) revert InvalidSpec("taskConfigHash");
+        if (!_printableName(s.modelName)) revert InvalidSpec("modelName");
+        if (!_printableName(s.taskName)) revert InvalidSpec("taskName");
+        if (s.maxNewTokens == 0 || s.maxNewTokens > MAX_NEW_TOKENS) revert InvalidSpec("maxNewTokens");
+        if (s.temperatureMilli < MIN_TEMPERATURE_MILLI || s.temperatureMilli > MAX_TEMPERATURE_MILLI) {
+            revert InvalidSpec("temperatureMilli");
+        }
         if (s.trainer == address(0)) revert InvalidSpec("trainer");
         if (s.groupSize == 0) revert InvalidSpec("groupSize");
         if (s.tasksPerLease == 0) revert InvalidSpec("tasksPerLease");
@@ -104,5 +122,16 @@ contract JobFactory {
         uint256 t = timeline(s);
         uint64 unbonding = registry.unbondingPeriod();
         if (t >= unbonding) revert TimelineTooLong(t, unbonding);
+    }
+
+    /// @dev 1 to MAX_NAME_BYTES bytes of printable ASCII (0x20-0x7e): every participant reads and prints the
+    ///      recipe's names, so none may hold bytes that are not text or that drive a terminal.
+    function _printableName(string calldata name) internal pure returns (bool) {
+        bytes calldata raw = bytes(name);
+        if (raw.length == 0 || raw.length > MAX_NAME_BYTES) return false;
+        for (uint256 i = 0; i < raw.length; ++i) {
+            if (raw[i] < 0x20 || raw[i] > 0x7e) return false;
+        }
+        return true;
     }
 }

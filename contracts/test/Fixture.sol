@@ -65,7 +65,7 @@ abstract contract Fixture is TestBase {
     ///         1-hour lease and vote windows, 1-day appeal windows (timeline 4 h + 3 days < 7 days).
     function _spec() internal view returns (JobSpec memory s) {
         s.modelHash = keccak256("base-model");
-        s.taskSetId = keccak256("gsm8k-procedural");
+        s.taskConfigHash = keccak256("gsm8k-procedural");
         s.trainer = trainer;
         s.groupSize = 4;
         s.tasksPerLease = 2;
@@ -83,6 +83,12 @@ abstract contract Fixture is TestBase {
         s.voterSlash = 1 ether;
         s.absentPenalty = 0.1 ether;
         s.appealBond = 0.2 ether;
+        s.modelName = "embedded";
+        s.taskName = "gsm8k-procedural";
+        s.maxNewTokens = 6;
+        s.temperatureMilli = 1000;
+        s.chatTemplate = false;
+        s.stopOnEos = true;
     }
 
     function _cost(JobSpec memory s) internal pure returns (uint256) {

@@ -85,6 +85,75 @@ contract JobFactoryTest is Helpers {
 
     // ------------------------------------------------------------------ each field
 
+    /// @notice The recipe is stored whole and read back field by field: every role reads it from here.
+    function test_createJob_storesTheWholeRecipe() public {
+        JobSpec memory s = _spec();
+        s.modelName = "smollm2";
+        s.taskName = "gym:basic_arithmetic";
+        s.maxNewTokens = 256;
+        s.temperatureMilli = 700;
+        s.chatTemplate = true;
+        s.stopOnEos = false;
+        JobSpec memory stored = _accepted(s).spec();
+        assertEq(bytes(stored.modelName), bytes("smollm2"), "model name");
+        assertEq(bytes(stored.taskName), bytes("gym:basic_arithmetic"), "task name");
+        assertEq(stored.taskConfigHash, s.taskConfigHash, "task configuration");
+        assertEq(uint256(stored.maxNewTokens), 256, "max new tokens");
+        assertEq(uint256(stored.temperatureMilli), 700, "temperature");
+        assertTrue(stored.chatTemplate, "chat template");
+        assertFalse(stored.stopOnEos, "stop on EOS");
+        assertEq(stored.modelHash, s.modelHash, "model root");
+    }
+
+    function test_validateSpec_recipe() public {
+        JobSpec memory s = _spec();
+        s.modelHash = bytes32(0);
+        _refused(s, _invalid("modelHash"));
+        s = _spec();
+        s.taskConfigHash = bytes32(0);
+        _refused(s, _invalid("taskConfigHash"));
+        s = _spec();
+        s.modelName = "";
+        _refused(s, _invalid("modelName"));
+        s.modelName = string(new bytes(257));
+        _refused(s, _invalid("modelName"));
+        s = _spec();
+        s.taskName = "";
+        _refused(s, _invalid("taskName"));
+        s.taskName = string(new bytes(256)); // 256 NUL bytes: not text
+        _refused(s, _invalid("taskName"));
+        s.taskName = "gym:basic\x1b[2J";
+        _refused(s, _invalid("taskName"));
+        s.modelName = string(abi.encodePacked("emb", hex"ff", "edded"));
+        s.taskName = "gym:basic_arithmetic";
+        _refused(s, _invalid("modelName"));
+        s = _spec();
+        bytes memory longest = new bytes(256);
+        for (uint256 i = 0; i < longest.length; ++i) {
+            longest[i] = "a";
+        }
+        s.taskName = string(longest);
+        _accepted(s);
+        s.taskName = string(abi.encodePacked(longest, "a"));
+        _refused(s, _invalid("taskName"));
+        s = _spec();
+        s.maxNewTokens = 0;
+        _refused(s, _invalid("maxNewTokens"));
+        s.maxNewTokens = 4097;
+        _refused(s, _invalid("maxNewTokens"));
+        s.maxNewTokens = 4096;
+        _accepted(s);
+        s = _spec();
+        s.temperatureMilli = 99;
+        _refused(s, _invalid("temperatureMilli"));
+        s.temperatureMilli = 100;
+        _accepted(s);
+        s.temperatureMilli = 5001;
+        _refused(s, _invalid("temperatureMilli"));
+        s.temperatureMilli = 5000;
+        _accepted(s);
+    }
+
     function test_validateSpec_trainer() public {
         JobSpec memory s = _spec();
         s.trainer = address(0);

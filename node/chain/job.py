@@ -3,7 +3,8 @@ committees and votes, appeals, settlement, rewards and money.
 
 Invariants: amounts are wei ints; each method is one transaction or one call; receipts are decoded into
 the event fields callers need (lease ids), never re-derived off chain; who sits on a committee and with
-what weight is always asked of the contract (`member_weight`), never recomputed here.
+what weight is always asked of the contract (`member_weight`), never recomputed here. The spec is read
+once per client and typed (`ChainSpec`, its recipe a `Recipe`): `initialize` fixes it for the job's life.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from enum import IntEnum
 
 from eth_utils import keccak
 from rollnet.node.chain.client import ChainClient
+from rollnet.node.errors import ConfigError
+from rollnet.node.recipe import Recipe
 from web3.logs import DISCARD
 from web3.types import TxReceipt
 
@@ -85,7 +88,7 @@ class RoundState:
 class JobStatus:
     address: str
     requester: str
-    spec: dict
+    spec: ChainSpec
     balance: int
     escrow: int
     reserved: int
@@ -98,11 +101,45 @@ class JobStatus:
     closed: bool
 
 
-SPEC_FIELDS = (
-    "model_hash", "task_set_id", "trainer", "group_size", "tasks_per_lease", "max_staleness", "committee_size",
-    "appeal_rounds", "clip_epsilon_milli", "clip_delta_milli", "lease_duration", "vote_window", "appeal_window",
-    "reward_per_sample", "slash_amount", "expiry_fee", "voter_slash", "absent_penalty", "appeal_bond",
-)
+@dataclass(frozen=True)
+class ChainSpec:
+    """A job's `JobSpec` as the contract returns it, typed; the one spec every role reads."""
+
+    model_hash: bytes
+    task_config_hash: bytes
+    trainer: str
+    group_size: int
+    tasks_per_lease: int
+    max_staleness: int
+    committee_size: int
+    appeal_rounds: int
+    clip_epsilon_milli: int
+    clip_delta_milli: int
+    lease_duration: int
+    vote_window: int
+    appeal_window: int
+    reward_per_sample: int
+    slash_amount: int
+    expiry_fee: int
+    voter_slash: int
+    absent_penalty: int
+    appeal_bond: int
+    model_name: str
+    task_name: str
+    max_new_tokens: int
+    temperature_milli: int
+    chat_template: bool
+    stop_on_eos: bool
+
+    @property
+    def recipe(self) -> Recipe:
+        return Recipe(
+            model_name=self.model_name, model_root="0x" + self.model_hash.hex(), task_name=self.task_name,
+            task_config_hash="0x" + self.task_config_hash.hex(), max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature_milli / 1000, chat_template=self.chat_template,
+            stop_on_eos=self.stop_on_eos, group_size=self.group_size, max_staleness=self.max_staleness,
+            clip_epsilon=self.clip_epsilon_milli / 1000, clip_delta=self.clip_delta_milli / 1000)
+
 VOTE_CODES = {1: True, 2: False}
 MAX_ROUNDS = 4  # JobFactory.MAX_APPEAL_ROUNDS + 1: the ballot's low 8 bits, 2 per round
 
@@ -134,12 +171,20 @@ class JobClient:
         self.client = client
         self.address = address
         self.contract = client.contract("TrainingJob", address)
+        self._spec: ChainSpec | None = None
 
     def _call(self, name: str, *args: object) -> object:
         return self.client.call(getattr(self.contract.functions, name)(*args))
 
-    def spec(self) -> dict:
-        return dict(zip(SPEC_FIELDS, self._call("spec"), strict=True))
+    def spec(self) -> ChainSpec:
+        """The job's spec (read once: `initialize` fixes it for the job's life)."""
+        if self._spec is None:
+            try:
+                self._spec = ChainSpec(*self._call("spec"))
+            except UnicodeDecodeError:  # a factory from before names were checked as text
+                raise ConfigError(f"job {self.address}'s recipe names a model or task that is not text: no "
+                                  "participant can run it") from None
+        return self._spec
 
     def status(self) -> JobStatus:
         return JobStatus(

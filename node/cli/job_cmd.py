@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.job import FactoryClient, JobClient, Lease, LeaseStatus, Outcome
@@ -101,7 +102,7 @@ def status(
     spec = state.spec
     table = Table(title=f"job {state.address}", show_header=False)
     table.add_row("requester", state.requester)
-    table.add_row("trainer", spec["trainer"])
+    table.add_row("trainer", spec.trainer)
     table.add_row("state", "closed" if state.closed else "open")
     table.add_row("policy version", str(state.current_version))
     table.add_row("leases", str(state.lease_count))
@@ -112,16 +113,19 @@ def status(
     table.add_row("appeal bonds held", format_eth(state.bonds_held))
     table.add_row("dispute pools", format_eth(state.pool_held))
     table.add_row("burned", format_eth(state.burned))
-    table.add_row("group size x tasks/lease", f"{spec['group_size']} x {spec['tasks_per_lease']}")
-    table.add_row("reward per sample", format_eth(spec["reward_per_sample"]))
-    table.add_row("max staleness", str(spec["max_staleness"]))
-    table.add_row("committee", f"{spec['committee_size']} expected (doubling per appeal), {spec['appeal_rounds']} "
+    table.add_row("group size x tasks/lease", f"{spec.group_size} x {spec.tasks_per_lease}")
+    table.add_row("reward per sample", format_eth(spec.reward_per_sample))
+    table.add_row("max staleness", str(spec.max_staleness))
+    table.add_row("committee", f"{spec.committee_size} expected (doubling per appeal), {spec.appeal_rounds} "
                                "appeals, then every validator")
-    table.add_row("collateral / expiry fee", f"{format_eth(spec['slash_amount'])} / {format_eth(spec['expiry_fee'])}")
-    table.add_row("voter slash / absent", f"{format_eth(spec['voter_slash'])} / {format_eth(spec['absent_penalty'])}")
-    table.add_row("appeal bond", f"{format_eth(spec['appeal_bond'])} (doubling)")
-    table.add_row("clip eps / delta", f"{spec['clip_epsilon_milli'] / 1000} / {spec['clip_delta_milli'] / 1000}")
+    table.add_row("collateral / expiry fee", f"{format_eth(spec.slash_amount)} / {format_eth(spec.expiry_fee)}")
+    table.add_row("voter slash / absent", f"{format_eth(spec.voter_slash)} / {format_eth(spec.absent_penalty)}")
+    table.add_row("appeal bond", f"{format_eth(spec.appeal_bond)} (doubling)")
     console.print(table)
+    recipe = Table(title="recipe (every participant's, read from the chain)", show_header=False)
+    for label, value in spec.recipe.rows():
+        recipe.add_row(label, escape(value))
+    console.print(recipe)
     if leases and state.lease_count:
         console.print(lease_table(job_client, range(max(1, state.lease_count - leases + 1), state.lease_count + 1)))
 

@@ -24,13 +24,13 @@ from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
-from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.model.peer_source import job_model
 from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.identity import b58encode, load_or_create_identity
 from rollnet.node.participant import start_participant
 from rollnet.node.policy_sync import PolicyFollower
+from rollnet.node.recipe import agree, recipe_task
 from rollnet.node.rollout.backend import BACKENDS, PolicyEngine, TransformersEngine, require_vllm
-from rollnet.node.tasks import load_task
 from rollnet.node.units import eth_to_wei, format_eth
 from rollnet.node.worker import HONEST, TAMPERS, WorkerLoop
 
@@ -168,7 +168,7 @@ def work(
     job: str = typer.Option("latest", "--job", help="job address, or 'latest'", **params.JOB),
     leases: int = typer.Option(1, "--leases", min=0, help="leases to claim, generate and submit (0: until Ctrl-C)"),
     serve: float = typer.Option(60.0, "--serve", min=0, help="seconds to keep serving the batches afterwards"),
-    task: str = typer.Option("addition-2digit", "--task", help="the job's task"),
+    task: str = typer.Option(None, "--task", help="the job's task (default and only choice: the recipe's on chain)"),
     model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)",
                                **params.INPUT_DIR),
     policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)",
@@ -200,26 +200,29 @@ def work(
     if not registry.is_active(account.address, Role.WORKER):
         raise RollnetError(f"{account.address} is not an active worker: run `rollnet node join --stake ETH`")
     job_client = JobClient(client, resolve_job(client, deployment, job))
-    task_def = load_task(task)
-    folder = resolve_model(cli.data_dir, model, task)
-    base, tokenizer = load_policy(folder)
-    tamper = TAMPERS[cheat](tokenizer) if cheat is not None else HONEST
     spec = job_client.spec()
-    store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec["trainer"])
-    engine: PolicyEngine
-    if backend == "vllm":
-        from rollnet.node.rollout.vllm_backend import VllmBackend, VllmEngine
-
-        console.print("starting the vLLM engine")
-        engine = VllmEngine(VllmBackend.shared(folder), store, job_client.policy_root)
-    else:
-        engine = TransformersEngine(StorePolicies(store, base, tokenizer, job_client.policy_root), tamper.model)
+    recipe = spec.recipe
+    agree("--task", task, recipe.task_name)
+    store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec.trainer)
     events = EventLog(cli.data_dir)
     node = start_participant(registry, job_client, cli.data_dir, cli.data_dir / "objects", listen=listen,
                              advertise=advertise, bootstrap=bootstrap).node
     try:
         follower = PolicyFollower(node, store, job_client, registry, events)
-        follower.ensure_base(base)
+        # Local if it is the job's base model, else the newest anchor from peers, checked against the chain.
+        obtained = job_model(follower, cli.data_dir, model, recipe.task_name)
+        folder, base, tokenizer = obtained.folder, obtained.model, obtained.tokenizer
+        console.print(f"the job's model: {obtained.source}")
+        task_def = recipe_task(recipe, tokenizer, task_flag=task)
+        tamper = TAMPERS[cheat](tokenizer) if cheat is not None else HONEST
+        engine: PolicyEngine
+        if backend == "vllm":
+            from rollnet.node.rollout.vllm_backend import VllmBackend, VllmEngine
+
+            console.print("starting the vLLM engine")
+            engine = VllmEngine(VllmBackend.shared(folder), store, job_client.policy_root)
+        else:
+            engine = TransformersEngine(StorePolicies(store, base, tokenizer, job_client.policy_root), tamper.model)
         if store.latest is not None and store.latest > 0:
             console.print(f"policy store holds versions up to {store.latest}")
         loop = WorkerLoop(job_client, account, task_def, follower, engine, node.store, events,

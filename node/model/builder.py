@@ -21,20 +21,19 @@ from pathlib import Path
 
 import torch
 from rollnet.node.delta import content_root
+from rollnet.node.model.pinned import EMBEDDED_ROOT, EMBEDDED_TASK
 from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import Task, load_task
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 RECIPE_VERSION = 2
-# The default recipe's bf16 content root with the pinned packages on x86-64 CPUs (600 warm-up steps).
-EMBEDDED_ROOT = "b6177bab7d5e5941"
 METADATA = "rollnet-model.json"
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Recipe:
-    task: str = "addition-2digit"
+    task: str = EMBEDDED_TASK
     seed: int = 0
     hidden: int = 128
     layers: int = 2
@@ -95,9 +94,14 @@ def greedy_accuracy(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast,
     return correct / len(instances)
 
 
+def model_folder(cache: Path, recipe: Recipe = Recipe()) -> Path:
+    """Where the build of `recipe` lives under `cache` (built there or not)."""
+    return cache / f"{recipe.task.replace('/', '_').replace(':', '_')}-{recipe.key()}"
+
+
 def build_default_model(cache: Path, recipe: Recipe = Recipe(), force: bool = False) -> Path:
     """The model folder for `recipe` under `cache`, built (about a minute on 2 cores) if missing."""
-    folder = cache / f"{recipe.task.replace('/', '_').replace(':', '_')}-{recipe.key()}"
+    folder = model_folder(cache, recipe)
     if (folder / METADATA).exists() and not force:
         return folder
     threads = torch.get_num_threads()
@@ -146,10 +150,10 @@ def _build(folder: Path, recipe: Recipe) -> Path:
         "held_out_greedy_accuracy": accuracy, "bf16_content_root": content_root(weights).hex(),
     }
     (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
-    if recipe == Recipe() and not metadata["bf16_content_root"].startswith(EMBEDDED_ROOT):
+    if recipe == Recipe() and metadata["bf16_content_root"] != EMBEDDED_ROOT:
         log.warning("this machine built the embedded model with content root %s, not the %s… every other "
                     "machine builds: its rollouts will not match the job's base model (different hardware "
-                    "arithmetic or package versions?)", metadata["bf16_content_root"][:16], EMBEDDED_ROOT)
+                    "arithmetic or package versions?)", metadata["bf16_content_root"][:16], EMBEDDED_ROOT[:16])
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollnet.node.errors import ConfigError
-from rollnet.node.model.builder import Recipe, build_default_model
+from rollnet.node.model.builder import METADATA, Recipe, build_default_model, model_folder
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
@@ -23,6 +23,15 @@ def resolve_model(data_dir: Path, model: Path | None, task: str = Recipe.task) -
         raise ConfigError(f"{model} is not a Hugging Face model folder (no config.json); "
                           "pass a local checkpoint folder or omit --model for the embedded default")
     return model
+
+
+def cached_model(data_dir: Path, model: Path | None, task: str = Recipe.task) -> Path | None:
+    """What `resolve_model` would give without building anything: `model` when given (it must be a model
+    folder), else the embedded default for `task` if it is already built, else None."""
+    if model is not None:
+        return resolve_model(data_dir, model, task)
+    folder = model_folder(data_dir / "models", Recipe(task=task))
+    return folder if (folder / METADATA).is_file() else None
 
 
 def load_policy(folder: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:

@@ -19,25 +19,27 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 from eth_utils import is_checksum_address
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 MAX_MESSAGE = 16 * 1024
 DOMAIN = b"rollnet-gossip-v1"
 Hex32 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
+def _checksummed(value: str) -> str:
+    if not is_checksum_address(value):
+        raise ValueError("job must be a checksummed address")
+    return value
+
+
+JobAddress = Annotated[str, AfterValidator(_checksummed)]  # a job named on the wire: checksummed, or refused
+
+
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    job: str
+    job: JobAddress
     nonce: int = Field(ge=0)
     timestamp: float = Field(allow_inf_nan=False)  # NaN would slip past the replay window's comparison
-
-    @field_validator("job")
-    @classmethod
-    def _job_is_address(cls, value: str) -> str:
-        if not is_checksum_address(value):
-            raise ValueError("job must be a checksummed address")
-        return value
 
 
 class PolicyAnnouncement(Body):

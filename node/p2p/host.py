@@ -3,8 +3,9 @@
 Invariants:
 - Noise + yamux only, listening on loopback unless configured otherwise; the identity is the data
   directory's secp256k1 key, so the peer ID is the one `rollnet node join` registered (and proved).
-- Protected protocols (object transfer, rollout push, policy pull) first ask the PeerGate about the peer ID the Noise
-  handshake authenticated; a refused peer's stream is reset before anything is read.
+- Protected protocols (object transfer, rollout push, policy pull, anchor offers) first ask the PeerGate
+  about the peer ID the Noise handshake authenticated; a refused peer's stream is reset before anything is
+  read.
 - No bytes a peer sends can stop the host: no handler exception escapes (each ends in a logged refusal and
   a reset stream), gossip runs through ContainedPubsub, and malformed input is a fault against the sender
   (PeerDiscipline): a peer with too many is disconnected and banned for a while. Each peer may run at most
@@ -64,6 +65,9 @@ from rollnet.node.p2p.ratelimit import TokenBucket
 PUSH_PROTOCOL = push_protocol.PROTOCOL
 POLICY_PROTOCOL = "/rollnet/policy/1.0.0"  # pull signed policy announcements: gossip can miss a restarted peer
 MAX_ANNOUNCEMENTS = 16
+ANCHOR_PROTOCOL = "/rollnet/anchor/1.0.0"  # "which anchor do you hold at or below version v?" (see p2p.anchors)
+MAX_ANCHOR_REQUEST = 1024
+MAX_ANCHOR_ANSWER = 8 * 1024 * 1024  # a bundle lists every tensor's hash
 MAX_PUSH = push_protocol.MAX_PUSH
 DEFAULT_PEER_UPLOAD_RATE = 32 * 1024 * 1024  # bytes/s one peer may download from us
 # What a peer's own bytes can cause; any of these is a fault against it (timeouts and resets are not).
@@ -158,6 +162,7 @@ class P2PNode:
         self.discipline = discipline or PeerDiscipline()
         self.restart_timeout = restart_timeout
         self.policy_source: Callable[[int], list[bytes]] | None = None  # version -> sealed announcements from it
+        self.anchor_source: Callable[[dict], dict] | None = None  # anchor request -> answer (p2p.anchors)
         self.stats = NodeStats()
         self.gossip_inbox: queue.Queue[GossipMessage] = queue.Queue(maxsize=10_000)
         self._running = threading.Condition()
@@ -254,6 +259,7 @@ class P2PNode:
         self.host.set_stream_handler(TProtocol(transfer.PROTOCOL), self._guarded("object", self._serve_object))
         self.host.set_stream_handler(TProtocol(PUSH_PROTOCOL), self._guarded("push", self.pushes.handle))
         self.host.set_stream_handler(TProtocol(POLICY_PROTOCOL), self._guarded("policy", self._serve_policy))
+        self.host.set_stream_handler(TProtocol(ANCHOR_PROTOCOL), self._guarded("anchor", self._serve_anchor))
         self._stop = trio.Event()
         try:
             async with (
@@ -414,7 +420,37 @@ class P2PNode:
         found = await trio.to_thread.run_sync(self.policy_source, start) if self.policy_source else []
         await write_json(stream, {"announcements": [item.decode() for item in found[:MAX_ANNOUNCEMENTS]]})
 
+    async def _serve_anchor(self, stream: Any, peer: str) -> None:
+        request = await read_json(stream, max_size=MAX_ANCHOR_REQUEST, timeout=10.0)
+        # The source schema-checks the request: a malformed one raises ValueError, a fault against the asker.
+        answer = await trio.to_thread.run_sync(self.anchor_source, request) if self.anchor_source else {}
+        await write_json(stream, answer)
+
     # ------------------------------------------------------------------ blocking API
+
+    def report_fault(self, peer: str, kind: str) -> None:
+        """Count a fault found outside a handler against `peer` (an answer of its that failed verification,
+        e.g. an anchor whose tensors are not the chain's), under the same discipline as malformed input."""
+
+        async def count() -> None:
+            self._fault(peer, kind)
+
+        self.call(count)
+
+    def ask_anchor(self, peer: str, request: dict, timeout: float = 60.0) -> dict:
+        """`peer`'s answer to an anchor request (unverified JSON: the caller schema-checks it). The timeout
+        is generous because a peer prepares a bundle (hashes its checkpoint) on its first request."""
+
+        async def ask() -> dict:
+            stream = await self.open_stream(peer, ANCHOR_PROTOCOL)
+            try:
+                await write_json(stream, request)
+                return await read_json(stream, max_size=MAX_ANCHOR_ANSWER, timeout=timeout)
+            finally:
+                with trio.move_on_after(2):
+                    await stream.close()
+
+        return self.call(ask)
 
     def ask_policy(self, peer: str, from_version: int) -> list[bytes]:
         """The signed policy announcements `peer` holds for versions from `from_version` (unverified: the

@@ -1,10 +1,13 @@
 """The transformers generation backend: a group of seeded completions per task, with log-probs and the
 final-norm hidden states TOPLOC commits to.
 
-Invariants: the sampled token at each step is the seeded sampler's argmax of that step's logits; a sequence stops at
-EOS or `max_new_tokens`; the hidden states committed for a completion are the final norm's outputs at the
-positions that produced its tokens (the last prompt position through the second-to-last completion
-position), exactly what a validator's single prefill over prompt + completion recomputes.
+Invariants: the sampled token at each step is the seeded sampler's argmax of that step's logits; its log-prob is
+log softmax(logits / T) of that token, in float32 (validators recompute it from their prefill and reject a
+claim off by more than `verify.LOGPROB_TOLERANCE`); a sequence stops at EOS, which it keeps as its last token,
+or at exactly `max_new_tokens` (always, with `ignore_eos`), nothing after; the hidden states committed for a
+completion are the final norm's outputs at the positions that produced its tokens (the last prompt position
+through the second-to-last completion position), exactly what a validator's single prefill over prompt +
+completion recomputes.
 """
 
 from __future__ import annotations

@@ -2,10 +2,13 @@
 
 Invariant: `RolloutBatch.from_json(batch.to_json())` equals the batch; proofs travel as hex of whole
 258-byte proofs; anything malformed (bad JSON, missing fields, wrong types, odd-length or mis-sized proof
-hex, log-probs and tokens of different lengths) is a ConfigError naming what is wrong.
+hex, log-probs and tokens of different lengths, negative or huge token ids, a prompt over 32,768 or a
+completion over 4,096 tokens) is a ConfigError naming what is wrong.
 """
 
 from __future__ import annotations
+
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rollnet.node import toploc
@@ -13,6 +16,9 @@ from rollnet.node.errors import ConfigError, first_validation_problem
 from rollnet.node.rollout.generate import Rollout
 
 SCHEMA = "rollnet-rollouts-v1"
+MAX_PROMPT_TOKENS = 32_768
+MAX_COMPLETION_TOKENS = 4_096  # JobFactory.MAX_NEW_TOKENS
+TokenId = Annotated[int, Field(ge=0, lt=2**32)]
 
 
 class RolloutRecord(BaseModel):
@@ -20,8 +26,8 @@ class RolloutRecord(BaseModel):
 
     task_seed: int = Field(ge=0)
     sample: int = Field(ge=0)
-    prompt_tokens: list[int]
-    tokens: list[int]
+    prompt_tokens: list[TokenId] = Field(max_length=MAX_PROMPT_TOKENS)
+    tokens: list[TokenId] = Field(max_length=MAX_COMPLETION_TOKENS)
     logprobs: list[float]
     text: str
     proofs: list[str]

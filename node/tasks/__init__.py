@@ -5,6 +5,6 @@ prompts), and `reward` depends only on the task instance and the completion text
 worker reports about itself.
 """
 
-from rollnet.node.tasks.base import Task, TaskInstance, load_task, seed_from_bytes
+from rollnet.node.tasks.base import Task, TaskInstance, load_task, seed_from_bytes, task_config_hash
 
-__all__ = ["Task", "TaskInstance", "load_task", "seed_from_bytes"]
+__all__ = ["Task", "TaskInstance", "load_task", "seed_from_bytes", "task_config_hash"]

@@ -23,3 +23,6 @@ class AdditionTask(Task):
 
     def reward(self, instance: TaskInstance, completion: str) -> float:
         return 1.0 if completion.strip() == instance.answer else 0.0
+
+    def configuration(self) -> dict:
+        return {"task": self.name, "generator": "fixed-width two-digit addition", "version": 1}

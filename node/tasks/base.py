@@ -1,15 +1,20 @@
 """The Task interface and the lookup of tasks by name.
 
 Invariant: every task name resolves to exactly one generator; an unknown name is a ConfigError naming
-the choices, never a traceback.
+the choices, never a traceback. A task's configuration hash is keccak256 over its `configuration()` and its
+prompts and answers for seeds 0-7, as canonical JSON (sorted keys, no spaces): two tasks with the same hash
+are meant to give the same prompt and reward for every seed, so the chain can pin a task set by name and
+hash (the fingerprint catches generator code that drifts under an unchanged configuration).
 """
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eth_utils import keccak
 from rollnet.node.errors import ConfigError
 
 SEED_BYTES = 8
@@ -36,6 +41,23 @@ class Task(ABC):
 
     def examples(self, seeds: range) -> list[TaskInstance]:
         return [self.instance(seed) for seed in seeds]
+
+    @abstractmethod
+    def configuration(self) -> dict:
+        """Everything that decides this task's prompts and rewards (JSON values), for `task_config_hash`."""
+
+
+FINGERPRINT_SEEDS = range(8)
+
+
+def task_config_hash(task: Task) -> bytes:
+    """keccak256 of the task's configuration and of its prompts and answers for a few fixed seeds, as
+    canonical JSON: a declared configuration can stay the same while a generator's code drifts (another
+    library build), and the fingerprint catches that drift."""
+    fingerprint = [[item.prompt, item.answer] for item in task.examples(FINGERPRINT_SEEDS)]
+    canonical = json.dumps({"configuration": task.configuration(), "fingerprint": fingerprint}, sort_keys=True,
+                           separators=(",", ":"))
+    return keccak(text=canonical)
 
 
 def seed_from_bytes(seed: bytes) -> int:

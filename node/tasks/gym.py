@@ -37,3 +37,7 @@ class ReasoningGymTask(Task):
     def reward(self, instance: TaskInstance, completion: str) -> float:
         dataset = self._dataset(instance.seed)
         return float(dataset.score_answer(answer=completion.strip(), entry=dataset[0]))
+
+    def configuration(self) -> dict:
+        """The dataset with reasoning-gym's version: its generators are code, so the version pins them."""
+        return {"task": self.name, "reasoning_gym": self._module.__version__, "size": 1}

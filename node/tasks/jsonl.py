@@ -6,6 +6,7 @@ unreadable one (a directory, not UTF-8, a NUL in its name) a ConfigError naming 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -22,6 +23,7 @@ class JsonlTask(Task):
             raise ConfigError(f"task file {path} does not exist") from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:  # a directory, unreadable, not text, a NUL
             raise ConfigError(f"cannot read task file {str(path)!r}: {type(exc).__name__}") from None
+        self.sha256 = hashlib.sha256(text.encode()).hexdigest()
         self.items: list[tuple[str, str]] = []
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
@@ -40,3 +42,7 @@ class JsonlTask(Task):
 
     def reward(self, instance: TaskInstance, completion: str) -> float:
         return 1.0 if completion.strip() == instance.answer.strip() else 0.0
+
+    def configuration(self) -> dict:
+        """The file's contents (by hash), not its path: the same tasks hash the same wherever they live."""
+        return {"task": "jsonl", "sha256": self.sha256}

@@ -80,7 +80,7 @@ def settle(net: Devnet, console: Console, wait_s: float = 90.0) -> None:
     net.stop_roles("validator", "worker", "cheater")
     spec = job.spec()
     open_leases = [lease for lease in (job.lease(i) for i in range(1, job.lease_count() + 1)) if not lease.final]
-    last = max((lease.deadline + spec["appeal_window"] for lease in open_leases), default=0)
+    last = max((lease.deadline + spec.appeal_window for lease in open_leases), default=0)
     now = job.client.now()
     if last >= now:  # nobody is left to act: the keeper fast-forwards the local chain past every window
         job.client.rpc("evm_increaseTime", [last - now + 1])

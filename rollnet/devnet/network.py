@@ -175,8 +175,7 @@ class Devnet:
 
         add("trainer", "trainer", TRAINER,
             ["trainer", "run", *common, "--steps", str(config.steps), "--run-dir", str(out / "trainer"),
-             "--max-staleness", str(config.max_staleness), "--prompts-per-step", str(config.prompts_per_step),
-             "--group-size", str(config.group_size), "--lr", str(config.lr),
+             "--prompts-per-step", str(config.prompts_per_step), "--lr", str(config.lr),
              "--held-out-every", str(config.held_out_every)])
         account = FIRST_NODE
         for i in range(config.workers):
