@@ -42,6 +42,10 @@ class Task(ABC):
     def examples(self, seeds: range) -> list[TaskInstance]:
         return [self.instance(seed) for seed in seeds]
 
+    def plain(self) -> Task:
+        """The task without any prompt formatting a recipe wraps around it (itself, for a plain task)."""
+        return self
+
     @abstractmethod
     def configuration(self) -> dict:
         """Everything that decides this task's prompts and rewards (JSON values), for `task_config_hash`."""
@@ -54,7 +58,7 @@ def task_config_hash(task: Task) -> bytes:
     """keccak256 of the task's configuration and of its prompts and answers for a few fixed seeds, as
     canonical JSON: a declared configuration can stay the same while a generator's code drifts (another
     library build), and the fingerprint catches that drift."""
-    fingerprint = [[item.prompt, item.answer] for item in task.examples(FINGERPRINT_SEEDS)]
+    fingerprint = [[item.prompt, item.answer] for item in task.plain().examples(FINGERPRINT_SEEDS)]
     canonical = json.dumps({"configuration": task.configuration(), "fingerprint": fingerprint}, sort_keys=True,
                            separators=(",", ":"))
     return keccak(text=canonical)

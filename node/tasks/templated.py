@@ -30,5 +30,8 @@ class ChatTemplatedTask(Task):
     def reward(self, instance: TaskInstance, completion: str) -> float:
         return self.inner.reward(instance, completion)
 
+    def plain(self) -> Task:
+        return self.inner.plain()
+
     def configuration(self) -> dict:
         return self.inner.configuration()
