@@ -76,9 +76,9 @@ def start_participant(registry: RegistryClient, job: JobClient, data_dir: Path, 
     return Participant(identity, node, gate, f"{base}/p2p/{node.peer_id}")
 
 
-def serve_anchors(node: P2PNode, job: str, store: PolicyStore, config: Any, tokenizer: Any) -> AnchorServer:
-    """Offer the anchors in `store` to peers (p2p.anchors), with the config and tokenizer of the model this
-    participant runs, so a late joiner can start from them."""
-    server = AnchorServer(job, store, node.store, model_files(config, tokenizer))
+def serve_anchors(node: P2PNode, job: str, store: PolicyStore, model: Any, tokenizer: Any) -> AnchorServer:
+    """Offer the anchors in `store` to peers (p2p.anchors), with the config, generation config and tokenizer
+    of the model this participant runs, so a late joiner can start from them."""
+    server = AnchorServer(job, store, node.store, model_files(model, tokenizer))
     node.anchor_source = server.answer
     return server

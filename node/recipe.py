@@ -29,6 +29,7 @@ class Recipe(BaseModel):
 
     model_name: str
     model_root: str  # content root of version 0
+    model_files_hash: str  # node.model.identity: config, tokenizer, chat template, EOS set
     task_name: str
     task_config_hash: str
     max_new_tokens: int
@@ -43,7 +44,8 @@ class Recipe(BaseModel):
     def rows(self) -> list[tuple[str, str]]:
         """(label, value) pairs for a table, in the order a reader needs them."""
         return [
-            ("model", f"{_shown(self.model_name)} (root {self.model_root[:18]}…)"),
+            ("model", f"{_shown(self.model_name)} (root {self.model_root[:18]}…, config and tokenizer "
+                      f"{self.model_files_hash[:18]}…)"),
             ("task", f"{_shown(self.task_name)} (configuration {self.task_config_hash[:18]}…)"),
             ("generation", f"up to {self.max_new_tokens} new tokens at temperature {self.temperature:g}, "
                            f"{'stop at EOS' if self.stop_on_eos else 'always full length'}, "

@@ -21,7 +21,7 @@ from typing import Annotated
 from eth_utils import is_address, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rollnet.node.errors import ConfigError
-from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_ROOT, EMBEDDED_TASK
+from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_MODEL, EMBEDDED_ROOT, EMBEDDED_TASK
 from rollnet.node.units import WEI_PER_ETH, eth_to_wei
 
 DAY = 86_400
@@ -56,6 +56,7 @@ CONTRACT_FIELDS = {
     "appealWindow": "appeal_seconds", "rewardPerSample": "reward_per_sample_eth", "slashAmount": "slash_eth",
     "expiryFee": "expiry_fee_eth", "voterSlash": "voter_slash_eth", "absentPenalty": "absent_penalty_eth",
     "appealBond": "appeal_bond_eth", "modelHash": "model_root", "taskConfigHash": "task",
+    "modelFilesHash": "model_files_hash",
     "modelName": "model", "taskName": "task", "maxNewTokens": "max_new_tokens", "temperatureMilli": "temperature",
 }
 MAX_NEW_TOKENS = 4096  # JobFactory.MAX_NEW_TOKENS
@@ -71,6 +72,8 @@ class JobSpecFile(BaseModel):
     model: str = Field(min_length=1, max_length=MAX_NAME_CHARS,
                        description="model name, or 'embedded' for the built-in default")
     model_root: str | None = Field(default=None, description="0x-prefixed 32-byte content root of version 0")
+    model_files_hash: str | None = Field(default=None, description="0x-prefixed 32-byte identity of the model's "
+                                         "config, tokenizer, chat template and EOS set (node/model/identity.py)")
     task: str = Field(min_length=1, max_length=MAX_NAME_CHARS, description="task generator or task file name")
     trainer: str = Field(description="address that publishes policy versions; 'self' for the requester")
     group_size: int = Field(ge=2, le=1024)
@@ -110,7 +113,7 @@ class JobSpecFile(BaseModel):
             raise ValueError("must be printable ASCII (the chain stores names as text every participant prints)")
         return value
 
-    @field_validator("model_root")
+    @field_validator("model_root", "model_files_hash")
     @classmethod
     def _root_is_32_bytes(cls, value: str | None) -> str | None:
         if value is None:
@@ -153,6 +156,16 @@ class JobSpecFile(BaseModel):
         raise ConfigError(f"model {_printable(self.model)!r} for task {_printable(self.task)!r} has no pinned "
                           "content root: set model_root (or deploy with --model PATH)")
 
+    def files_hash_of_version_zero(self) -> bytes:
+        """The base model's config-and-tokenizer identity: model_files_hash, else the embedded model's pinned
+        one (a model_root without it is refused: the weights alone do not say how text maps to tokens)."""
+        if self.model_files_hash:
+            return bytes.fromhex(self.model_files_hash[2:])
+        if self.pinned_by_rollnet and not self.model_root:
+            return bytes.fromhex(EMBEDDED_FILES_HASH)
+        raise ConfigError(f"model {_printable(self.model)!r} has no pinned config and tokenizer: set "
+                          "model_files_hash (or deploy with --model PATH)")
+
     def to_abi(self, requester: str) -> tuple:
         """The `JobSpec` struct as a tuple in Solidity field order; the task's configuration hash comes from
         the task registry (an unknown task is a ConfigError)."""
@@ -185,6 +198,7 @@ class JobSpecFile(BaseModel):
             int(self.temperature * 1000),
             self.chat_template,
             self.stop_on_eos,
+            self.files_hash_of_version_zero(),
         )
 
     def lease_cost_wei(self) -> int:
@@ -254,7 +268,8 @@ def load_job_spec(path: Path) -> JobSpecFile:
 
 def check_workable(spec: JobSpecFile, source: str = "spec") -> None:
     """Refuse, before anything is sent, a spec whose recipe no worker could run: a task the task registry
-    does not know, or a model rollnet does not build whose weights no model_root pins."""
+    does not know, or a model rollnet does not build whose weights no model_root pins, or whose config and
+    tokenizer no model_files_hash pins."""
     from rollnet.node.tasks import load_task
 
     try:
@@ -266,6 +281,10 @@ def check_workable(spec: JobSpecFile, source: str = "spec") -> None:
             f"{source}: field 'model': rollnet pins the root only of the {EMBEDDED_MODEL!r} model for "
             f"{EMBEDDED_TASK!r}; for {_printable(spec.model)!r} with task {_printable(spec.task)!r} set model_root "
             "to its bf16 content root, or deploy with --model PATH, so workers can check their weights against it")
+    if spec.model_files_hash is None and not (spec.pinned_by_rollnet and spec.model_root is None):
+        raise ConfigError(
+            f"{source}: field 'model_files_hash' is required with a model_root (`rollnet model identity PATH` "
+            "prints both, or deploy with --model PATH), so every participant runs the same config and tokenizer")
 
 
 def explain_spec_refusal(error_name: str | None, args: dict, source: str) -> ConfigError | None:

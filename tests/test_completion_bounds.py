@@ -94,7 +94,7 @@ def sample_name(rollout: Rollout) -> str:
 
 def test_the_bounds_rule_for_every_ending() -> None:
     eos, rule = 1, completion_bounds_problem
-    stop = {"max_new_tokens": 4, "eos_token_id": eos, "stop_on_eos": True}
+    stop = {"max_new_tokens": 4, "eos_token_ids": [eos], "stop_on_eos": True}
     for ok in ([eos], [5, eos], [5, 6, 7, eos], [5, 6, 7, 8]):
         assert rule(ok, **stop) is None, ok
     for bad, word, position in [([], "empty", 0), ([5, 6], "truncated", 1), ([5, 6, 7], "truncated", 2),

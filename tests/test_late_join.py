@@ -23,6 +23,7 @@ from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
 from rollnet.node.delta.checkpoint import content_root, save_checkpoint, tensor_hash
 from rollnet.node.delta.store import PolicyStore
+from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.model.loading import load_policy
 from rollnet.node.model.peer_source import AnchorsRefused, NoAnchor, job_model
 from rollnet.node.model.pinned import EMBEDDED_TASK
@@ -72,7 +73,8 @@ class Trainer:
         self.previous = bf16_policy(self.model)
         self.store.publish(0, self.previous, self.client.account)
         spec = load_job_spec(REPO / "examples" / "job.toml").model_copy(update={
-            "group_size": 2, "tasks_per_lease": 2, "model_root": "0x" + self.store.roots[0].hex()})
+            "group_size": 2, "tasks_per_lease": 2, "model_root": "0x" + self.store.roots[0].hex(),
+            "model_files_hash": "0x" + folder_model_files_hash(model_folder).hex()})
         self.job = JobClient(self.client, FactoryClient(self.client, market.factory).create_job(
             spec.to_abi(self.client.address), 2 * ETH))
         self.registry = RegistryClient(self.client, market.registry)
@@ -103,7 +105,7 @@ class Trainer:
         register_trainer(self.registry, load_or_create_identity(self.folder))
         participant = start_participant(self.registry, self.job, self.folder, self.folder / "objects", listen=LISTEN)
         self.node = participant.node
-        serve_anchors(self.node, self.job.address, self.store, self.model.config, self.tokenizer)
+        serve_anchors(self.node, self.job.address, self.store, self.model, self.tokenizer)
         self.node.policy_source = lambda start: [self.announcements[v] for v in sorted(self.announcements)
                                                  if v >= start]
         for version in sorted(self.announcements):
@@ -202,14 +204,21 @@ def test_lying_peers_are_refused_without_large_downloads_and_an_honest_peer_stil
     tampered["model.norm.weight"] = tampered["model.norm.weight"] + 1
     tampered_file = tmp_path / "tampered5.safetensors"
     save_checkpoint(tampered_file, tampered, metadata={"version": str(VERSIONS)})
-    files = model_files(trainer.model.config, trainer.tokenizer)
+    files = model_files(trainer.model, trainer.tokenizer)
+    assert "generation_config.json" in files  # the EOS set travels with the tokenizer
     entries = [BundleFile(name=name, root=object_root(data).hex(), size=len(data)).model_dump()
                for name, data in files.items()]
+    # Honest weights with a tokenizer that maps text differently (lower-cases it first): loads, and is sane.
+    definition = json.loads(files["tokenizer.json"])
+    definition["normalizer"] = {"type": "Lowercase"}
+    lying_files = {**files, "tokenizer.json": json.dumps(definition).encode()}
+    lying_entries = [BundleFile(name=name, root=object_root(data).hex(), size=len(data)).model_dump()
+                     for name, data in lying_files.items()]
     junk = tmp_path / "junk"
     junk.write_bytes(b"\x5a" * (3 * honest_file.stat().st_size))
 
-    def bundle(tensors: dict[str, str], root: str, size: int) -> dict:
-        return {"bundle": {"job": job.address, "version": VERSIONS, "tensors": tensors, "files": entries,
+    def bundle(tensors: dict[str, str], root: str, size: int, files: list[dict] = entries) -> dict:
+        return {"bundle": {"job": job.address, "version": VERSIONS, "tensors": tensors, "files": files,
                            "checkpoint": {"name": CHECKPOINT, "root": root, "size": size}}}
 
     # The joiner: staked, registered, its own model not the job's, no peers yet.
@@ -240,10 +249,12 @@ def test_lying_peers_are_refused_without_large_downloads_and_an_honest_peer_stil
             "absurd-size": lambda store: bundle(hashes5, store.put_file(junk).hex(), 50 * 10**9),
             "oversized": lambda store: bundle(hashes5, store.put_file(junk).hex(), honest_file.stat().st_size),
             "malformed": lambda store: bundle(hashes5, "00" * 32, 10**12),  # over any checkpoint's bound
+            "tokenizer-lie": lambda store: bundle(hashes5, store.put_file(honest_file).hex(),
+                                                  honest_file.stat().st_size, lying_entries),
         }
         for index, (kind, make) in enumerate(kinds.items(), start=4):
             store = ObjectStore(tmp_path / kind / "objects")
-            for data in files.values():
+            for data in (lying_files if kind == "tokenizer-lie" else files).values():
                 store.put(data)
             answer = make(store)
             if kind == "tampered":
@@ -257,11 +268,13 @@ def test_lying_peers_are_refused_without_large_downloads_and_an_honest_peer_stil
         assert message.endswith("is not the job's base model (content root "
                                 f"{content_root(bf16_policy(load_policy(wrong)[0])).hex()[:16]}…, the job's "
                                 f"{job.policy_root(0).hex()[:16]}…)")
-        assert message.count("version 5 from") == 4, message  # the malformed answer was no offer
+        assert message.count("version 5 from") == 5, message  # the malformed answer was no offer
         assert "does not hash to the chain's root" in message  # the tampered checkpoint, after its download
         assert "tensor hashes do not make the chain's root" in message  # the root lie, before any download
         assert "the config's architecture needs" in message  # 50 GB for a model of a few hundred kB
         assert "its object has" in message  # the larger object: refused at its manifest
+        assert "its config and tokenizer are not the job's (model_files_hash" in message  # before the checkpoint
+        assert node.store.manifest(object_root(honest_file.read_bytes())) is None
         for kind, peer in liars.items():
             assert node.discipline.fault_count(peer.peer_id) >= 1, kind
         assert node.store.manifest(roots["tampered"]) is None  # downloaded, refused, deleted

@@ -41,10 +41,23 @@ def test_the_default_build_has_the_pinned_root(model_home: Path) -> None:
     """The embedded model is the same bits on every machine with the pinned packages: the root a job spec
     pins for it on chain. (A machine whose arithmetic differs is told so at build time, and fetches the
     model from peers instead: see test_late_join.)"""
-    from rollnet.node.model.pinned import EMBEDDED_ROOT
+    from rollnet.node.model.identity import folder_model_files_hash
+    from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_ROOT
 
     (folder,) = (model_home / "models").glob("addition-2digit-*")
     assert load_metadata(folder)["bf16_content_root"] == EMBEDDED_ROOT
+    assert folder_model_files_hash(folder).hex() == EMBEDDED_FILES_HASH
+
+
+def test_model_identity_prints_what_a_spec_pins(model_home: Path, capsys: pytest.CaptureFixture) -> None:
+    from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_ROOT
+
+    (folder,) = (model_home / "models").glob("addition-2digit-*")
+    capsys.readouterr()
+    assert main(["model", "identity", str(folder)]) == 0
+    assert capsys.readouterr().out.split("\n")[:2] == [f'model_root = "0x{EMBEDDED_ROOT}"',
+                                                       f'model_files_hash = "0x{EMBEDDED_FILES_HASH}"']
+    assert main(["model", "identity", str(model_home)]) == 1  # not a model folder: one line, no traceback
 
 
 def test_model_init_reuses_the_cache(model_home: Path, capsys: pytest.CaptureFixture) -> None:

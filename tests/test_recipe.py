@@ -15,7 +15,7 @@ from rollnet.node.chain.job import FactoryClient, JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
 from rollnet.node.errors import ConfigError
-from rollnet.node.model.pinned import EMBEDDED_ROOT
+from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_ROOT
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.recipe import agree, recipe_task
 from rollnet.node.spec import load_job_spec
@@ -36,11 +36,13 @@ def test_the_whole_recipe_is_on_chain(market: Deployment, anvil: AnvilProcess, t
     tasks.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
     from decimal import Decimal
 
-    job = _deploy(market, anvil, model="my-model", model_root="0x" + "ab" * 32, task=str(tasks), max_new_tokens=12,
+    job = _deploy(market, anvil, model="my-model", model_root="0x" + "ab" * 32, model_files_hash="0x" + "cd" * 32,
+                  task=str(tasks), max_new_tokens=12,
                   temperature=Decimal("0.7"), chat_template=True, stop_on_eos=False, clip_epsilon=Decimal("0.25"),
                   clip_delta=Decimal("3.5"), group_size=4, max_staleness=2)
     recipe = job.spec().recipe
     assert recipe.model_name == "my-model" and recipe.model_root == "0x" + "ab" * 32
+    assert recipe.model_files_hash == "0x" + "cd" * 32
     assert recipe.task_name == str(tasks)
     assert recipe.task_config_hash == "0x" + task_config_hash(load_task(str(tasks))).hex()
     assert (recipe.max_new_tokens, recipe.temperature, recipe.chat_template, recipe.stop_on_eos) == (12, 0.7, True,
@@ -53,6 +55,7 @@ def test_the_embedded_model_is_pinned_by_its_real_root(market: Deployment, anvil
     """A spec naming the embedded model pins the weights rollnet builds, not a name."""
     job = _deploy(market, anvil)
     assert job.policy_root(0).hex() == EMBEDDED_ROOT
+    assert job.spec().model_files_hash.hex() == EMBEDDED_FILES_HASH
     assert job.spec().recipe.model_name == "embedded"
 
 
@@ -62,7 +65,7 @@ def test_a_task_that_differs_from_the_chains_is_refused(market: Deployment, anvi
     checks the same way: it is refused before any work."""
     tasks = tmp_path / "sums.jsonl"
     tasks.write_text(json.dumps({"prompt": "1+1=", "answer": "2"}) + "\n")
-    job = _deploy(market, anvil, task=str(tasks), model_root="0x" + "ab" * 32)
+    job = _deploy(market, anvil, task=str(tasks), model_root="0x" + "ab" * 32, model_files_hash="0x" + "cd" * 32)
     recipe = job.spec().recipe
     assert recipe_task(recipe).instance(0).prompt == "1+1="
     tasks.write_text(json.dumps({"prompt": "1+1=", "answer": "3"}) + "\n")  # the answer key changed

@@ -113,3 +113,32 @@ def test_policy_versions_reach_the_engine_as_deltas_in_place_checked_against_the
     with torch.no_grad():  # an engine whose weights drifted from the version it claims fails the root check
         next(iter(backend.weights.values())).view(-1)[0] += 1.0
     assert backend.weights_root() != roots[2]
+
+
+def test_a_model_with_two_eos_tokens_stops_at_both_and_every_honest_rollout_verifies(
+        folder: Path, backend, tmp_path: Path) -> None:
+    """vLLM stops on every EOS its generation config lists; the worker's rollouts and the validator's bounds
+    check use the same set (`identity.eos_token_ids`), so none of these honest rollouts is rejected (with the
+    tokenizer's EOS alone, those ending at the second one were called truncated)."""
+    import json
+    import shutil
+
+    from rollnet.node.rollout.vllm_backend import VllmBackend
+
+    two = tmp_path / "two-eos"
+    shutil.copytree(folder, two)
+    tokenizer = load_policy(two)[1]
+    second = tokenizer.convert_tokens_to_ids("0")
+    generation = json.loads((two / "generation_config.json").read_text())
+    (two / "generation_config.json").write_text(json.dumps({**generation,
+                                                            "eos_token_id": [tokenizer.eos_token_id, second]}))
+    model, tokenizer = load_policy(two)
+    engine = VllmBackend.shared(two)
+    engine.serve_weights(model.state_dict())
+    instances = TASK.examples(range(200, 216))
+    made = engine.generate(instances, 4, max_new_tokens=6, temperature=1.0)
+    assert [r.tokens for r in made] == [r.tokens for r in generate(model, tokenizer, instances, 4, max_new_tokens=6,
+                                                                   temperature=1.0)]
+    assert any(r.tokens[-1] == second and len(r.tokens) < 6 for r in made)
+    verdicts = verify_rollouts(model, tokenizer, TASK, made, max_new_tokens=6, stop_on_eos=True)
+    assert all(v.ok for v in verdicts), [v.reason for v in verdicts if not v.ok]

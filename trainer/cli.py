@@ -159,7 +159,7 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
                                     advertise=advertise)
     node, address = participant.node, participant.address
     try:
-        serve_anchors(node, job_client.address, trainer.store, trainer.model.config, trainer.tokenizer)
+        serve_anchors(node, job_client.address, trainer.store, trainer.model, trainer.tokenizer)
         for path in filter(None, (cli.data_dir / "p2p-addr", addr_file)):
             path.write_text(address + "\n")
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),

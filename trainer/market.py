@@ -25,6 +25,7 @@ from rollnet.node.events import EventLog
 from rollnet.node.keeper import final_outcome
 from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.model.builder import greedy_accuracy
+from rollnet.node.model.identity import loaded_model_files_hash
 from rollnet.node.p2p.authorize import JobAuthorizer
 from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
 from rollnet.node.p2p.fetch import Fetcher
@@ -78,6 +79,11 @@ class MarketTrainer:
         if trainer.store.roots.get(0) != job.policy_root(0):
             raise RollnetError("the base model's bf16 content root differs from the job's model root: deploy the "
                                "job with model_root = the base model's root (see `rollnet model init`)")
+        files_hash = loaded_model_files_hash(trainer.model, trainer.tokenizer)
+        if files_hash != spec.model_files_hash:
+            raise RollnetError(f"the base model's config and tokenizer ({files_hash.hex()[:16]}…) are not the job's "
+                               f"model_files_hash ({spec.model_files_hash.hex()[:16]}…): deploy the job with the "
+                               "values `rollnet model identity FOLDER` prints")
         self.buffer = RolloutBuffer(config.group_size, spec.max_staleness,
                                     trainer.model.config.vocab_size)
         self.buffer.advance(trainer.version)

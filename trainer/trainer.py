@@ -27,8 +27,8 @@ from rollnet.node.tasks import Task
 from rollnet.trainer.advantages import group_advantages
 from rollnet.trainer.buffer import Group
 from rollnet.trainer.config import GRPOConfig
-from rollnet.trainer.logprobs import completion_logprobs
-from rollnet.trainer.loss import grpo_loss
+from rollnet.trainer.logprobs import completion_logprobs, completion_microbatches
+from rollnet.trainer.loss import LossStats, batch_normaliser, grpo_loss
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 STATE_FILE = "trainer-state.pt"
@@ -52,6 +52,37 @@ class StepReport:
     staleness: list[int] = field(default_factory=list)
     published: Published | None = None
     seconds: float = 0.0
+
+
+@dataclass
+class MinibatchTally:
+    """A minibatch's loss stats gathered from its micro-batches (each computed with the minibatch's normaliser,
+    so their losses, KL and entropy add up): the clipped fraction and mean ratio weighted by each part's
+    tokens, the max ratio over parts with tokens; exactly the stats of the minibatch computed whole."""
+
+    loss: float = 0.0
+    kl: float = 0.0
+    entropy: float = 0.0
+    tokens: int = 0
+    clipped_tokens: float = 0.0
+    ratio_sum: float = 0.0
+    max_ratio: float | None = None
+
+    def add(self, part: LossStats, tokens: int) -> None:
+        self.loss += part.loss
+        self.kl += part.kl
+        self.entropy += part.entropy
+        self.tokens += tokens
+        self.clipped_tokens += part.clipped_fraction * max(1, tokens)
+        if tokens:
+            self.ratio_sum += part.mean_ratio * tokens
+            self.max_ratio = part.max_ratio if self.max_ratio is None else max(self.max_ratio, part.max_ratio)
+
+    def stats(self) -> LossStats:
+        return LossStats(loss=self.loss, clipped_fraction=self.clipped_tokens / max(1, self.tokens),
+                         mean_ratio=self.ratio_sum / self.tokens if self.tokens else 1.0,
+                         max_ratio=1.0 if self.max_ratio is None else self.max_ratio, kl=self.kl,
+                         entropy=self.entropy)
 
 
 class Trainer:
@@ -177,20 +208,12 @@ class Trainer:
         per_step = math.ceil(len(samples) / config.optimizer_steps)
         losses, clipped, ratios, max_ratio, norms = [], [], [], 1.0, []
         for start in range(0, len(samples), per_step):
-            rows = slice(start, start + per_step)
-            logprobs, mask, entropy = self._logprobs(self.model, samples[rows], with_entropy=config.entropy_coef > 0)
-            width = logprobs.shape[1]
-            loss, stats = grpo_loss(
-                logprobs, old_logprobs[rows, :width], advantages[rows], mask, epsilon=config.epsilon,
-                delta=config.delta, normalisation=config.loss_normalisation,
-                ref_logprobs=ref_logprobs[rows, :width] if ref_logprobs is not None else None,
-                kl_coef=config.kl_coef, entropy=entropy, entropy_coef=config.entropy_coef,
-            )
-            if not math.isfinite(stats.loss) or not math.isfinite(stats.max_ratio):
-                self._skip(report, f"non-finite loss or ratio (loss {stats.loss}, max ratio {stats.max_ratio})")
+            rows = list(range(start, min(start + per_step, len(samples))))
+            stats = self._accumulate_gradient(samples, rows, old_logprobs, ref_logprobs, advantages)
+            if isinstance(stats, str):
+                self.optimizer.zero_grad(set_to_none=True)
+                self._skip(report, stats)
                 return
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.max_grad_norm)
             if not torch.isfinite(norm):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -208,6 +231,36 @@ class Trainer:
         report.mean_ratio = sum(ratios) / len(ratios)
         report.max_ratio = max_ratio
         report.grad_norm = sum(norms) / len(norms)
+
+    def _accumulate_gradient(self, samples: list, rows: list[int], old_logprobs: torch.Tensor,
+                             ref_logprobs: torch.Tensor | None, advantages: torch.Tensor) -> LossStats | str:
+        """Leave the gradient of the minibatch `rows` in the parameters, accumulated over the micro-batches
+        `completion_microbatches` gives (each one's graph freed by its backward before the next is built),
+        with the whole minibatch's normaliser so the sum is the whole minibatch's gradient; return the
+        minibatch's stats, or why it must be skipped (a non-finite loss or ratio, before that backward)."""
+        config = self.config
+        minibatch = [samples[i] for i in rows]
+        normaliser = batch_normaliser([len(s.tokens) for s in minibatch], config.loss_normalisation)
+        parts = completion_microbatches([s.prompt_tokens for s in minibatch], [s.tokens for s in minibatch],
+                                        self.model.config.vocab_size)
+        tally = MinibatchTally()
+        self.optimizer.zero_grad(set_to_none=True)
+        for part in parts:
+            chosen = [rows[i] for i in part]
+            logprobs, mask, entropy = self._logprobs(self.model, [samples[i] for i in chosen],
+                                                     with_entropy=config.entropy_coef > 0)
+            width = logprobs.shape[1]
+            loss, stats = grpo_loss(
+                logprobs, old_logprobs[chosen, :width], advantages[chosen], mask, epsilon=config.epsilon,
+                delta=config.delta, normalisation=config.loss_normalisation,
+                ref_logprobs=ref_logprobs[chosen, :width] if ref_logprobs is not None else None,
+                kl_coef=config.kl_coef, entropy=entropy, entropy_coef=config.entropy_coef, normaliser=normaliser,
+            )
+            if not math.isfinite(stats.loss) or not math.isfinite(stats.max_ratio):
+                return f"non-finite loss or ratio (loss {stats.loss}, max ratio {stats.max_ratio})"
+            loss.backward()
+            tally.add(stats, int(mask.sum()))
+        return tally.stats()
 
     def _skip(self, report: StepReport, why: str) -> None:
         self.skipped_batches += 1

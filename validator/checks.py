@@ -12,9 +12,11 @@ recipe's generation settings (see `rollnet.node.rollout.verify`). A rejection sa
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from rollnet.node.chain.job import Lease
+from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.p2p.objects import object_root
 from rollnet.node.rollout.submission import SubmissionError, parse_submission
 from rollnet.node.rollout.verify import LOGPROB_TOLERANCE, completion_bounds_problem, verify_rollouts
@@ -55,9 +57,9 @@ class SubmissionContext:
 
 def check_submission(data: bytes | None, context: SubmissionContext, task: Task, model: PreTrainedModel,
                      tokenizer: PreTrainedTokenizerFast, *, temperature: float = 1.0, max_new_tokens: int | None = None,
-                     eos_token_id: int | None = None, stop_on_eos: bool = True,
+                     eos_token_ids: Collection[int] | None = None, stop_on_eos: bool = True,
                      logprob_tolerance: float | None = LOGPROB_TOLERANCE) -> Check:
-    """The recipe's generation settings (temperature, max new tokens, EOS, stop on EOS) are what the
+    """The recipe's generation settings (temperature, max new tokens, the EOS set, stop on EOS) are what the
     rollouts are checked against; without `max_new_tokens` completion lengths go unchecked."""
     lease = context.lease
     if data is None:
@@ -92,10 +94,10 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
     if any(not 0 <= t < vocab for r in batch.rollouts for t in r.prompt_tokens + r.tokens):
         return reject("token ids outside the model's vocabulary")
     if max_new_tokens is not None:  # before any decoding: an over-long completion costs the validator nothing
-        eos = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
+        eos_token_ids = model_eos_token_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
         for record in batch.rollouts:
-            problem = completion_bounds_problem(record.tokens, max_new_tokens=max_new_tokens, eos_token_id=eos,
-                                                stop_on_eos=stop_on_eos)
+            problem = completion_bounds_problem(record.tokens, max_new_tokens=max_new_tokens,
+                                                eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos)
             if problem is not None:
                 reason, position = problem
                 return reject(f"task {record.task_seed} sample {record.sample}: {reason} (at {position})")
@@ -107,7 +109,7 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
                           f"recomputed {recomputed}")
     rollouts = batch.to_rollouts()
     verdicts = verify_rollouts(model, tokenizer, task, rollouts, temperature=temperature,
-                               max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, stop_on_eos=stop_on_eos,
+                               max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos,
                                logprob_tolerance=logprob_tolerance)
     for rollout, verdict in zip(rollouts, verdicts, strict=True):
         if not verdict.ok:

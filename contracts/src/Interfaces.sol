@@ -31,6 +31,7 @@ struct JobSpec {
     uint32 temperatureMilli; // sampling temperature x 1000
     bool chatTemplate; // prompts are wrapped in the tokenizer's chat template
     bool stopOnEos; // a completion ends at its first EOS (else it is always maxNewTokens long)
+    bytes32 modelFilesHash; // identity of the model's config, tokenizer, chat template and EOS set (node/model/identity.py)
 }
 
 /// @notice What jobs need of the node registry.

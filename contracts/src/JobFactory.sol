@@ -92,6 +92,7 @@ contract JobFactory {
     function validateSpec(JobSpec calldata s) public view {
         if (s.modelHash == bytes32(0)) revert InvalidSpec("modelHash");
         if (s.taskConfigHash == bytes32(0)) revert InvalidSpec("taskConfigHash");
+        if (s.modelFilesHash == bytes32(0)) revert InvalidSpec("modelFilesHash");
         if (!_printableName(s.modelName)) revert InvalidSpec("modelName");
         if (!_printableName(s.taskName)) revert InvalidSpec("taskName");
         if (s.maxNewTokens == 0 || s.maxNewTokens > MAX_NEW_TOKENS) revert InvalidSpec("maxNewTokens");

@@ -89,6 +89,7 @@ abstract contract Fixture is TestBase {
         s.temperatureMilli = 1000;
         s.chatTemplate = false;
         s.stopOnEos = true;
+        s.modelFilesHash = keccak256("embedded config and tokenizer");
     }
 
     function _cost(JobSpec memory s) internal pure returns (uint256) {

@@ -103,6 +103,7 @@ contract JobFactoryTest is Helpers {
         assertTrue(stored.chatTemplate, "chat template");
         assertFalse(stored.stopOnEos, "stop on EOS");
         assertEq(stored.modelHash, s.modelHash, "model root");
+        assertEq(stored.modelFilesHash, s.modelFilesHash, "model files");
     }
 
     function test_validateSpec_recipe() public {
@@ -112,6 +113,9 @@ contract JobFactoryTest is Helpers {
         s = _spec();
         s.taskConfigHash = bytes32(0);
         _refused(s, _invalid("taskConfigHash"));
+        s = _spec();
+        s.modelFilesHash = bytes32(0);
+        _refused(s, _invalid("modelFilesHash"));
         s = _spec();
         s.modelName = "";
         _refused(s, _invalid("modelName"));

@@ -130,11 +130,13 @@ class ChainSpec:
     temperature_milli: int
     chat_template: bool
     stop_on_eos: bool
+    model_files_hash: bytes
 
     @property
     def recipe(self) -> Recipe:
         return Recipe(
-            model_name=self.model_name, model_root="0x" + self.model_hash.hex(), task_name=self.task_name,
+            model_name=self.model_name, model_root="0x" + self.model_hash.hex(),
+            model_files_hash="0x" + self.model_files_hash.hex(), task_name=self.task_name,
             task_config_hash="0x" + self.task_config_hash.hex(), max_new_tokens=self.max_new_tokens,
             temperature=self.temperature_milli / 1000, chat_template=self.chat_template,
             stop_on_eos=self.stop_on_eos, group_size=self.group_size, max_staleness=self.max_staleness,

@@ -22,6 +22,7 @@ from rollnet.node.config import Deployment
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.errors import ConfigError, ContractRevert
 from rollnet.node.model.builder import METADATA, load_metadata
+from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import bf16_policy
 from rollnet.node.spec import check_workable, explain_spec_refusal, load_job_spec
@@ -35,7 +36,8 @@ def deploy(
     ctx: typer.Context,
     spec: Path = typer.Option(..., "--spec", help="job spec TOML (see examples/job.toml)", **params.INPUT_FILE),
     budget: str = typer.Option(..., "--budget", help="ETH escrowed to pay workers", **params.ETH),
-    model: Path = typer.Option(None, "--model", help="base model folder: its bf16 content root becomes model_root",
+    model: Path = typer.Option(None, "--model", help="base model folder: its bf16 content root becomes model_root, "
+                               "its config and tokenizer model_files_hash",
                                **params.INPUT_DIR),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
@@ -43,7 +45,8 @@ def deploy(
     """Create a TrainingJob from a spec file, escrowing BUDGET ETH."""
     job_spec = load_job_spec(spec)
     if model is not None:
-        job_spec = job_spec.model_copy(update={"model_root": "0x" + base_model_root(model).hex()})
+        job_spec = job_spec.model_copy(update={"model_root": "0x" + base_model_root(model).hex(),
+                                               "model_files_hash": "0x" + base_model_files_hash(model).hex()})
     check_workable(job_spec, str(spec))
     budget_wei = eth_to_wei(budget, "--budget")
     if budget_wei < job_spec.lease_cost_wei():
@@ -69,6 +72,14 @@ def base_model_root(folder: Path) -> bytes:
     if metadata.is_file():
         return bytes.fromhex(load_metadata(folder)["bf16_content_root"])
     return content_root(bf16_policy(load_policy(resolve_model(Path("."), folder))[0]))
+
+
+def base_model_files_hash(folder: Path) -> bytes:
+    """The identity of a model folder's config, tokenizer, chat template and EOS set (`model.identity`)."""
+    try:
+        return folder_model_files_hash(resolve_model(Path("."), folder))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the config and tokenizer in {folder}: {exc}") from None
 
 
 def resolve_job(client: ChainClient, deployment: Deployment, job: str) -> str:

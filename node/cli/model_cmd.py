@@ -1,4 +1,5 @@
-"""`rollnet model init|smollm2`: build (or find in the cache) the embedded default model.
+"""`rollnet model init|smollm2|identity`: build (or find in the cache) the embedded default model; print a
+model folder's identity for a job spec.
 
 Invariant: the model lives under `<data-dir>/models/<task>-<recipe hash>/` and is an ordinary Hugging Face
 folder; the command prints its path, so `--model PATH` elsewhere can take either it or a real checkpoint
@@ -8,8 +9,10 @@ folder; the command prints its path, so `--model PATH` elsewhere can take either
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import typer
+from rollnet.node.cli import params
 from rollnet.node.cli.context import console, get_context
 from rollnet.node.model.builder import METADATA, Recipe, build_default_model, load_metadata
 from rollnet.node.model.smollm2 import materialize_smollm2
@@ -46,3 +49,15 @@ def smollm2(ctx: typer.Context) -> None:
     """Convert SmolLM2-135M-Instruct (from the `real` extra's GGUF) to a model folder; print its path."""
     folder = materialize_smollm2(get_context(ctx).data_dir / "models")
     console.print(f"SmolLM2-135M-Instruct: {folder}")
+
+
+@app.command()
+def identity(
+    folder: Path = typer.Argument(..., help="a model folder", **params.INPUT_DIR),
+) -> None:
+    """Print the two lines a job spec needs to pin this model: model_root (its bf16 weights) and
+    model_files_hash (its config, tokenizer, chat template and EOS set)."""
+    from rollnet.node.cli.job_cmd import base_model_files_hash, base_model_root
+
+    console.print(f'model_root = "0x{base_model_root(folder).hex()}"', markup=False, highlight=False)
+    console.print(f'model_files_hash = "0x{base_model_files_hash(folder).hex()}"', markup=False, highlight=False)

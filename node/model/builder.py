@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from rollnet.node.delta import content_root
+from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.model.pinned import EMBEDDED_ROOT, EMBEDDED_TASK
 from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import Task, load_task
@@ -86,7 +87,7 @@ def greedy_accuracy(model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast,
             ids = torch.tensor([tokenizer.encode(i.prompt) for i in group])
             out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                                  do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                                 eos_token_id=tokenizer.eos_token_id)
+                                 eos_token_id=list(model_eos_token_ids(model, tokenizer)))
             for instance, row in zip(group, out[:, ids.shape[1]:], strict=True):
                 text = tokenizer.decode(row, skip_special_tokens=True)
                 correct += task.reward(instance, text) > 0

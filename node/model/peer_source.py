@@ -7,26 +7,27 @@ holding an older version (the deltas between may be gone from every peer: they k
 announcements), asks its connected peers for the newest anchor at or below N (`p2p.anchors`) and adopts
 one only after, in this order:
   1. the bundle's tensor hashes root to the chain's `policyRoot[version]`, checked before any download;
-  2. its config and tokenizer, fetched first with their declared sizes as hard limits, pass the sanity
-     checks below, and the checkpoint's declared size is the one the config's architecture implies;
+  2. its config, tokenizer and generation config, fetched first with their declared sizes as hard limits,
+     have the chain's `model_files_hash` (`model.identity`: architecture settings, the tokenizer's whole
+     definition, special tokens, chat template, EOS set), pass the sanity checks below, and the checkpoint's
+     declared size is the one the config's architecture implies;
   3. the checkpoint, fetched only if its object's manifest has exactly the declared size (a larger one is
      refused before any chunk is asked for), holds exactly the bundle's tensors, each with the shape the
      config implies and the hash the bundle lists, so its content root is the chain's;
   4. the model folder built from it loads through `load_policy` (the one load path) in fp32, into weights
-     whose bf16 content root is still the chain's (a config that ties, drops or retypes tensors changes it).
+     whose bf16 content root is still the chain's (a config that ties, drops or retypes tensors changes it),
+     with config and tokenizer whose `model_files_hash` is still the chain's.
 A bundle that fails a check is a fault against every peer that offered it (the host's PeerDiscipline), a
 checkpoint that failed its own check is deleted, and the next offer is tried; newest versions first. The
 adopted anchor enters the policy store as an anchor (never version 0), the follower then applies the
 signed deltas after it (policy_sync), and the participant serves that anchor on (`serve_anchors`).
 Failures end in one line: no peer offers an anchor, or every offer failed (each reason named).
 
-Limit: the chain pins tensors only. Config and tokenizer are checked for sanity — size bounds; they parse;
-a native transformers architecture (no remote code) whose parameter names are exactly the anchor's and
-whose shapes match the checkpoint's; a vocabulary that covers the tokenizer and its end-of-sequence token;
-fp32 loading — but a peer could still serve a config that loads the right weights yet computes differently
-(another rope theta or norm epsilon, say) or a tokenizer that maps text differently. The validators, who
-hold the job's files, would then reject that node's batches: the cost falls on the node that trusted the
-peer, never on the job.
+A local model is the job's only if both its weights' root and its `model_files_hash` are the chain's: a
+local build or folder that differs in either is named with the difference, and the node fetches from
+peers. The sanity checks after the hash (a native transformers architecture, no remote code, parameter
+names exactly the anchor's with the checkpoint's shapes, a vocabulary that covers the tokenizer and its
+EOS, fp32 loading) bound what a download can cost before the checkpoint is fetched.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import torch
 from rollnet.node.delta.checkpoint import LazyCheckpoint, content_root, save_checkpoint, tensor_hash
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import ConfigError, RollnetError
+from rollnet.node.model.identity import folder_model_files_hash, loaded_model_files_hash
 from rollnet.node.model.loading import cached_model, load_policy, resolve_model
 from rollnet.node.model.policies import bf16_policy
 from rollnet.node.p2p.anchors import CHECKPOINT, AnchorBundle, BundleFile, Offer, ask_anchors
@@ -82,11 +84,21 @@ class _Local:
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerFast
     root: bytes
+    files_hash: bytes
+
+    def mismatch(self, root: bytes, files_hash: bytes) -> str | None:
+        """Why this model is not the one with `root` and `files_hash` (None when it is)."""
+        if self.root != root:
+            return f"content root {self.root.hex()[:16]}…, the job's {root.hex()[:16]}…"
+        if self.files_hash != files_hash:
+            return (f"config and tokenizer {self.files_hash.hex()[:16]}…, the job's {files_hash.hex()[:16]}… (same "
+                    "weights, but another tokenizer, chat template, EOS set or architecture setting)")
+        return None
 
 
 def _load(folder: Path) -> _Local:
     model, tokenizer = load_policy(folder)
-    return _Local(folder, model, tokenizer, content_root(bf16_policy(model)))
+    return _Local(folder, model, tokenizer, content_root(bf16_policy(model)), loaded_model_files_hash(model, tokenizer))
 
 
 def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task: str, *, strict: bool = True,
@@ -98,17 +110,18 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
     versions it can reconstruct)."""
     job, store, node = follower.job, follower.store, follower.node
     cache = data_dir / "models"
-    base_root = job.policy_root(0)
+    base_root, files_hash = job.policy_root(0), job.spec().model_files_hash
     folder = cached_model(data_dir, model, task)
     local = _load(folder) if folder is not None else None
-    if local is not None and local.root != base_root:
-        log.warning("the local model %s has content root %s…, not the job's base model root %s…: fetching the "
-                    "model from peers instead", local.folder, local.root.hex()[:16], base_root.hex()[:16])
-    usable = local if local is not None and local.root == base_root else None
+    local_problem = local.mismatch(base_root, files_hash) if local is not None else None
+    if local is not None and local_problem:
+        log.warning("the local model %s is not the job's base model (%s): fetching the model from peers instead",
+                    local.folder, local_problem)
+    usable = local if local is not None and not local_problem else None
     source = f"local model {usable.folder} (version 0, checked against the chain)" if usable else ""
     if usable is not None:
         follower.ensure_base(usable.model)
-    template = usable or _fetched_template(store, cache)
+    template = usable or _fetched_template(store, cache, files_hash)
     current = job.current_version()
     problem: RollnetError | None = None
     if store.latest is None or store.latest < current or template is None:
@@ -125,7 +138,7 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
     if template is None and model is None and local is None and isinstance(problem, NoAnchor):
         log.warning("%s: building the embedded model here", problem)
         local = _load(resolve_model(data_dir, None, task))
-        if local.root == base_root:
+        if not local.mismatch(base_root, files_hash):
             follower.ensure_base(local.model)
             template, source = local, f"embedded model built here {local.folder} (version 0)"
     if template is None:
@@ -134,15 +147,14 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
             template, source = local, f"local model {local.folder} (not the job's base model)"
         else:
             reason = str(problem or "the job's model is neither on this machine nor offered by a peer")
-            if local is not None and local.root != base_root:
-                reason += (f"; the local model {local.folder} is not the job's base model (content root "
-                           f"{local.root.hex()[:16]}…, the job's {base_root.hex()[:16]}…)")
+            if local is not None and (local_problem := local.mismatch(base_root, files_hash)):
+                reason += f"; the local model {local.folder} is not the job's base model ({local_problem})"
             raise (type(problem) if problem else RollnetError)(reason)
-    serve_anchors(node, job.address, store, template.model.config, template.tokenizer)
+    serve_anchors(node, job.address, store, template.model, template.tokenizer)
     return JobModel(template.folder, template.model, template.tokenizer, source or f"{template.folder}")
 
 
-def _fetched_template(store: PolicyStore, cache: Path) -> _Local | None:
+def _fetched_template(store: PolicyStore, cache: Path, files_hash: bytes) -> _Local | None:
     """The model folder an earlier run built from an anchor this store still holds (its weights re-checked)."""
     for version in reversed(store.anchors):
         root = store.roots[version]
@@ -154,7 +166,7 @@ def _fetched_template(store: PolicyStore, cache: Path) -> _Local | None:
         except ConfigError as exc:
             log.warning("ignoring %s: %s", folder, exc)
             continue
-        if found.root == root:
+        if not found.mismatch(root, files_hash):
             return found
     return None
 
@@ -220,7 +232,7 @@ def _fetch_file(follower: PolicyFollower, entry: BundleFile, providers: list[str
 def _adopt(follower: PolicyFollower, cache: Path, bundle: AnchorBundle, providers: list[str],
            timeout: float) -> Fetched:
     job, store, node = follower.job, follower.store, follower.node
-    chain_root = job.policy_root(bundle.version)
+    chain_root, files_hash = job.policy_root(bundle.version), job.spec().model_files_hash
     if bundle.tensor_root() != chain_root:
         raise BundleRefused(f"its tensor hashes do not make the chain's root of version {bundle.version}")
     cache.mkdir(parents=True, exist_ok=True)
@@ -230,7 +242,7 @@ def _adopt(follower: PolicyFollower, cache: Path, bundle: AnchorBundle, provider
     try:
         for entry in bundle.files:
             shutil.copyfile(_fetch_file(follower, entry, providers, timeout), staged / entry.name)
-        shapes = _check_model_files(staged, bundle)
+        shapes = _check_model_files(staged, bundle, files_hash)
         checkpoint_root = bytes.fromhex(bundle.checkpoint.root)
         path = _fetch_file(follower, bundle.checkpoint, providers, timeout)
         try:
@@ -239,7 +251,7 @@ def _adopt(follower: PolicyFollower, cache: Path, bundle: AnchorBundle, provider
             node.store.discard(checkpoint_root)
             raise
         save_checkpoint(staged / CHECKPOINT, weights, metadata={"format": "pt"})
-        loaded = _check_loaded(staged, chain_root)
+        loaded = _check_loaded(staged, chain_root, files_hash)
         store.add_anchor(bundle.version, weights, root=chain_root)
         (staged / ANCHOR_METADATA).write_text(json.dumps(
             {"job": job.address, "version": bundle.version, "content_root": chain_root.hex(), "peers": providers},
@@ -250,13 +262,13 @@ def _adopt(follower: PolicyFollower, cache: Path, bundle: AnchorBundle, provider
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     node.store.discard(checkpoint_root)  # the store holds the anchor now, and serves it from there
-    return Fetched(bundle.version, _Local(final, loaded.model, loaded.tokenizer, loaded.root))
+    return Fetched(bundle.version, _Local(final, loaded.model, loaded.tokenizer, loaded.root, loaded.files_hash))
 
 
-def _check_model_files(folder: Path, bundle: AnchorBundle) -> dict[str, tuple[int, ...]]:
-    """Sanity of the config and tokenizer (they are not pinned by the chain: see the module's limit); returns
-    the tensor shapes the config implies, after checking its names are exactly the bundle's and the declared
-    checkpoint size is the one those shapes need."""
+def _check_model_files(folder: Path, bundle: AnchorBundle, files_hash: bytes) -> dict[str, tuple[int, ...]]:
+    """The config and tokenizer are the chain's (`model_files_hash`) and sane; returns the tensor shapes the
+    config implies, after checking its names are exactly the bundle's and the declared checkpoint size is the
+    one those shapes need."""
     try:
         raw = json.loads((folder / "config.json").read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -267,6 +279,17 @@ def _check_model_files(folder: Path, bundle: AnchorBundle) -> dict[str, tuple[in
         config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
     except Exception as exc:  # noqa: BLE001 - transformers raises many types for a bad config
         raise BundleRefused(f"config.json is not a config transformers knows ({str(exc)[:120]})") from None
+    try:
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+    except Exception as exc:  # noqa: BLE001 - a tokenizer file that does not load
+        raise BundleRefused(f"the tokenizer does not load ({str(exc)[:120]})") from None
+    try:
+        offered = folder_model_files_hash(folder, config, tokenizer)
+    except Exception as exc:  # noqa: BLE001 - a generation config or tokenizer that cannot be read whole
+        raise BundleRefused(f"the config and tokenizer cannot be identified ({str(exc)[:120]})") from None
+    if offered != files_hash:
+        raise BundleRefused(f"its config and tokenizer are not the job's (model_files_hash {offered.hex()[:16]}…, "
+                            f"the chain's {files_hash.hex()[:16]}…)")
     layers = getattr(config, "num_hidden_layers", 0)
     if not isinstance(layers, int) or not 0 <= layers <= len(bundle.tensors):
         raise BundleRefused(f"config.json has {layers} layers for {len(bundle.tensors)} tensors")
@@ -285,10 +308,6 @@ def _check_model_files(folder: Path, bundle: AnchorBundle) -> dict[str, tuple[in
     if not data + 8 <= bundle.checkpoint.size <= data + 8 + header:
         raise BundleRefused(f"the checkpoint is declared as {bundle.checkpoint.size} bytes, but the config's "
                             f"architecture needs {data + 8} to {data + 8 + header}")
-    try:
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
-    except Exception as exc:  # noqa: BLE001 - a tokenizer file that does not load
-        raise BundleRefused(f"the tokenizer does not load ({str(exc)[:120]})") from None
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or len(tokenizer) > vocab:
         raise BundleRefused(f"the tokenizer has {len(tokenizer)} tokens, more than the config's vocabulary {vocab}")
@@ -324,7 +343,7 @@ def _check_checkpoint(path: Path, bundle: AnchorBundle, shapes: dict[str, tuple[
     return checkpoint
 
 
-def _check_loaded(folder: Path, root: bytes) -> _Local:
+def _check_loaded(folder: Path, root: bytes, files_hash: bytes) -> _Local:
     try:
         loaded = _load(folder)
     except ConfigError as exc:
@@ -334,4 +353,6 @@ def _check_loaded(folder: Path, root: bytes) -> _Local:
         raise BundleRefused(f"the model loads as {sorted(map(str, dtypes))}, not fp32")
     if loaded.root != root:
         raise BundleRefused("loaded with its config, the checkpoint's weights no longer have the chain's root")
+    if loaded.files_hash != files_hash:
+        raise BundleRefused("loaded, its config and tokenizer no longer have the chain's model_files_hash")
     return loaded

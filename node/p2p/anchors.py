@@ -6,7 +6,8 @@ Protocol `/rollnet/anchor/1.0.0` (`host.ANCHOR_PROTOCOL`), one request per strea
   {"job": address, "at_most": v}  ->  {"bundle": AnchorBundle}, or {"bundle": null} when it holds none
 The bundle names the newest anchor the server holds at or below `at_most`: its version, the hash of every
 tensor (`checkpoint.tensor_hash`, so the hashes' Merkle root is that version's content root, the chain's
-policyRoot[version]), and the checkpoint file and the config and tokenizer files as object roots and sizes.
+policyRoot[version]), and the checkpoint file and the config, generation config and tokenizer files as
+object roots and sizes (their identity is the chain's `modelFilesHash`, checked by the fetcher).
 The files travel over the object protocol (transfer.py: chunked, each chunk verified against its object's
 root, resumable, from every peer that offers the same object).
 
@@ -54,6 +55,7 @@ FILE_LIMITS: dict[str, int] = {
     "tokenizer_config.json": 4 * MIB,
     "special_tokens_map.json": 1 * MIB,
     "chat_template.jinja": 1 * MIB,
+    "generation_config.json": 1 * MIB,
 }
 REQUIRED_FILES = ("config.json", "tokenizer.json")
 MAX_CHECKPOINT = MAX_OBJECT
@@ -127,11 +129,13 @@ class AnchorAnswer(BaseModel):
     bundle: AnchorBundle | None = None
 
 
-def model_files(config: Any, tokenizer: Any) -> dict[str, bytes]:
-    """The config and tokenizer files of a loaded model, as `save_pretrained` writes them (only the names a
-    bundle may carry)."""
+def model_files(model: Any, tokenizer: Any) -> dict[str, bytes]:
+    """The config, generation config and tokenizer files of a loaded model, as `save_pretrained` writes them
+    (only the names a bundle may carry): loaded back, they have the model's `model_files_hash`."""
     with tempfile.TemporaryDirectory() as tmp:
-        config.save_pretrained(tmp)
+        model.config.save_pretrained(tmp)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         return {path.name: path.read_bytes() for path in sorted(Path(tmp).iterdir()) if path.name in FILE_LIMITS}
 

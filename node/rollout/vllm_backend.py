@@ -30,6 +30,7 @@ from rollnet.node import toploc
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import ConfigError, DeltaError, PolicyUnavailable
+from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.rollout import sampler
 from rollnet.node.rollout.generate import Rollout
 from rollnet.node.tasks import TaskInstance
@@ -221,6 +222,8 @@ class VllmBackend:
         reference, self.tokenizer = load_policy(folder)
         self._shapes = {name: tuple(t.shape) for name, t in reference.state_dict().items()}
         self._vocab = reference.config.vocab_size  # the logits' width, as the transformers backend samples them
+        # Every EOS ends a completion, as on the transformers backend and in the validators' bounds check.
+        self._stops = list(model_eos_token_ids(reference, self.tokenizer))
         del reference
         self._pack = _pack_for_cpu()
         try:
@@ -244,7 +247,6 @@ class VllmBackend:
                  prove: bool = True, ignore_eos: bool = False) -> list[Rollout]:
         if max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
-        eos = self.tokenizer.eos_token_id
         requests, keys = [], []
         with CAPTURE.lock:
             for instance in instances:
@@ -256,7 +258,7 @@ class VllmBackend:
                     keys.append((key, prompt, instance.seed, sample))
                     requests.append(TokensPrompt(prompt_token_ids=prompt))
             params = [SamplingParams(temperature=0.0, max_tokens=max_new_tokens, detokenize=False,
-                                     stop_token_ids=[] if ignore_eos else [eos], ignore_eos=ignore_eos,
+                                     stop_token_ids=[] if ignore_eos else self._stops, ignore_eos=ignore_eos,
                                      extra_args={REQUEST_KEY: key}) for key, *_ in keys]
             try:
                 outputs = self.llm.generate(requests, params, use_tqdm=False)

@@ -9,12 +9,11 @@ hash (the fingerprint catches generator code that drifts under an unchanged conf
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eth_utils import keccak
+from rollnet.node.canonical import canonical_keccak
 from rollnet.node.errors import ConfigError
 
 SEED_BYTES = 8
@@ -59,9 +58,7 @@ def task_config_hash(task: Task) -> bytes:
     canonical JSON: a declared configuration can stay the same while a generator's code drifts (another
     library build), and the fingerprint catches that drift."""
     fingerprint = [[item.prompt, item.answer] for item in task.plain().examples(FINGERPRINT_SEEDS)]
-    canonical = json.dumps({"configuration": task.configuration(), "fingerprint": fingerprint}, sort_keys=True,
-                           separators=(",", ":"))
-    return keccak(text=canonical)
+    return canonical_keccak({"configuration": task.configuration(), "fingerprint": fingerprint})
 
 
 def seed_from_bytes(seed: bytes) -> int:

@@ -28,6 +28,7 @@ from rollnet.node.config import Deployment, resolve_data_dir
 from rollnet.node.errors import ConfigError, RollnetError
 from rollnet.node.keys import dev_account
 from rollnet.node.model.builder import build_default_model, load_metadata
+from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.rollout.backend import BACKENDS, require_vllm
 from rollnet.node.spec import JobSpecFile
@@ -154,7 +155,8 @@ class Devnet:
         config = self.config
         root = load_metadata(self.model)["bf16_content_root"]
         spec = JobSpecFile(
-            model="embedded", model_root="0x" + root, task="addition-2digit", trainer=dev_account(TRAINER).address,
+            model="embedded", model_root="0x" + root, model_files_hash="0x" + folder_model_files_hash(self.model).hex(),
+            task="addition-2digit", trainer=dev_account(TRAINER).address,
             group_size=config.group_size, tasks_per_lease=config.tasks_per_lease,
             max_staleness=config.max_staleness, committee_size=config.committee_size, appeal_rounds=1,
             clip_epsilon=0.2, clip_delta=4.0, lease_seconds=config.lease_seconds, vote_seconds=config.vote_seconds,
