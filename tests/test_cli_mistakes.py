@@ -39,7 +39,7 @@ CASE_TIMEOUT_S = 30.0
 CHAIN_DEADLINE_S = 10.0  # a dead chain is reported within this (the connection is refused, not timed out)
 ROOT_TAIL = ["keys", "show"]  # after a root option under test: quick, and touches nothing
 # Commands that never talk to a chain; every other command is run against the dead one.
-LOCAL_COMMANDS = {"keys new", "keys import", "keys show", "chain down", "model init", "model smollm2",
+LOCAL_COMMANDS = {"keys new", "keys import", "keys show", "chain down", "model init", "model smollm2", "model identity",
                   "rollout generate", "rollout verify", "budget", "devnet"}
 # What a chain command needs besides its required parameters to reach the chain.
 CHAIN_EXTRAS = {"trainer run": ["--job", "latest"], "chain fund": ["--to", ADDRESS]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -239,6 +240,14 @@ def test_lying_peers_are_refused_without_large_downloads_and_an_honest_peer_stil
                             r"peer\(s\)\); the local model \S+wrong-model is not the job's base model \(content "
                             r"root \w+…, the job's \w+…\)", str(none.value)), none.value
         assert "fetching the model from peers instead" in caplog.text  # the local model's root was not the job's
+        # The job's weights with another EOS set: even a validator's lenient fallback refuses to judge with it.
+        retokenized = tmp_path / "retokenized"
+        shutil.copytree(tmp_path / "trainer-model", retokenized)
+        (retokenized / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, 3]}))
+        with pytest.raises(NoAnchor) as lenient:
+            job_model(follower, joiner_dir, retokenized, EMBEDDED_TASK, strict=False)
+        assert str(lenient.value).endswith("(same weights, but another tokenizer, chat template, EOS set or "
+                                           "architecture setting))"), lenient.value
 
         roots = {"tampered": None, "oversized": object_root(junk.read_bytes())}
         kinds = {

@@ -16,7 +16,7 @@ import torch
 from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.rollout import microbatch
 from rollnet.node.rollout.generate import Rollout, generate
-from rollnet.node.rollout.microbatch import logit_elements, split_rows
+from rollnet.node.rollout.microbatch import batch_tokens, logit_elements, split_rows
 from rollnet.node.rollout.verify import verify_rollouts
 from rollnet.node.tasks import Task, TaskInstance
 from rollnet.trainer.config import GRPOConfig
@@ -110,7 +110,7 @@ def test_split_rows_covers_every_row_once_in_order_within_the_budget() -> None:
         rows = [rng.randrange(1000) for _ in range(count)]
         vocab = rng.choice([1, 7, 256])
         budget = rng.choice([1, 50, 400, 3_000, UNLIMITED])
-        batches = split_rows(rows, spans, vocab, budget)
+        batches = split_rows(rows, spans, vocab, budget, token_budget=UNLIMITED)
         assert [row for batch in batches for row in batch] == rows, trial  # each once, in order
         assert all(batches), trial  # no empty micro-batch
         position = 0
@@ -124,6 +124,33 @@ def test_split_rows_covers_every_row_once_in_order_within_the_budget() -> None:
     assert split_rows([], [], 100) == []
     with pytest.raises(ValueError, match="2 rows but 1"):
         split_rows([0, 1], [(0, 1)], 10)
+
+
+def test_the_token_budget_bounds_rows_times_length_whatever_the_logits() -> None:
+    """One-token completions of long prompts keep few logits each; without a token budget a worker could pack
+    hundreds of full-length rows into one validator pass."""
+    spans = [(999, 1001)] * 100  # prompt 1000, one completion token: 2 kept logits, 1001 tokens per row
+    batches = split_rows(list(range(100)), spans, 1, budget=UNLIMITED, token_budget=8192)
+    assert all(batch_tokens(spans[:len(batch)]) <= 8192 for batch in batches) and len(batches) == 13
+    assert [row for batch in batches for row in batch] == list(range(100))
+    assert split_rows([0], [(0, 10_000)], 1, budget=UNLIMITED, token_budget=8192) == [[0]]  # alone, over it
+
+
+def test_no_validator_pass_runs_more_tokens_than_the_budget(policy: tuple, rollouts: list[Rollout],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    model, tokenizer = policy
+    longest = max(len(r.prompt_tokens) + len(r.tokens) for r in rollouts)
+    monkeypatch.setattr(microbatch, "TOKEN_BUDGET", 2 * longest)
+    seen: list[int] = []
+    handle = model.register_forward_pre_hook(lambda _m, _a, kwargs: seen.append(kwargs["input_ids"].numel()),
+                                             with_kwargs=True)
+    try:
+        limited = verify_rollouts(model, tokenizer, TASK, rollouts)
+    finally:
+        handle.remove()
+    assert max(seen) <= 2 * longest and len(seen) > len({len(r.prompt_tokens) + len(r.tokens) for r in rollouts})
+    monkeypatch.setattr(microbatch, "TOKEN_BUDGET", UNLIMITED)
+    assert verify_rollouts(model, tokenizer, TASK, rollouts) == limited  # the split changes no verdict
 
 
 def test_logit_elements_are_what_logits_to_keep_materialises() -> None:

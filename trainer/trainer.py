@@ -6,7 +6,10 @@ Invariants: rewards are recomputed from the completion text and the task, never 
 `optimizer.step()`: the rest of the batch is skipped and counted, and a batch with no applied update
 publishes nothing. Crash safety: the state (weights, optimiser, version) is written atomically *before*
 version v is published, and publishing is idempotent, so a restart resumes at the last saved version and
-publishes it only if it is missing: no version is published twice or skipped.
+publishes it only if it is missing: no version is published twice or skipped. Memory: a minibatch's gradient
+is accumulated over micro-batches within the logit and token budgets (`node.rollout.microbatch`), each
+backpropagated before the next is built, with the whole minibatch's loss normaliser, so it equals the
+gradient of the minibatch taken whole and the recipe's lengths and batch sizes never set the peak.
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_c
 from rollnet.node.config import Deployment
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.errors import ConfigError, ContractRevert
-from rollnet.node.model.builder import METADATA, load_metadata
 from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.policies import bf16_policy
@@ -67,10 +66,8 @@ def deploy(
 
 
 def base_model_root(folder: Path) -> bytes:
-    """The content root of a model folder's weights as workers run them (bf16): version 0 of a job."""
-    metadata = folder / METADATA
-    if metadata.is_file():
-        return bytes.fromhex(load_metadata(folder)["bf16_content_root"])
+    """The content root of a model folder's weights as workers run them (bf16): version 0 of a job, always
+    computed from the weights (a copied folder's build metadata may describe weights since changed)."""
     return content_root(bf16_policy(load_policy(resolve_model(Path("."), folder))[0]))
 
 
@@ -78,8 +75,10 @@ def base_model_files_hash(folder: Path) -> bytes:
     """The identity of a model folder's config, tokenizer, chat template and EOS set (`model.identity`)."""
     try:
         return folder_model_files_hash(resolve_model(Path("."), folder))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read the config and tokenizer in {folder}: {exc}") from None
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a broken file fails in transformers and tokenizers in many ways
+        raise ConfigError(f"cannot read the config and tokenizer in {folder}: {str(exc)[:200]}") from None
 
 
 def resolve_job(client: ChainClient, deployment: Deployment, job: str) -> str:

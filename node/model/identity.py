@@ -10,7 +10,10 @@ Invariants:
   the architecture config (`to_dict()`, without the keys that record how it was saved or how it is being run:
   `transformers_version`, the dtype, `_`-prefixed, `use_cache`, output/label settings); the fast tokenizer's
   whole definition (`tokenizer.json` as the tokenizers library writes it, without the padding and truncation
-  a caller may have switched on); its special tokens; its chat template; and the sorted EOS set.
+  a caller may have switched on); the settings kept beside it that change encode or decode
+  (TOKENIZER_SETTINGS: space clean-up, splitting special tokens, BOS/EOS/prefix-space insertion); its special
+  tokens; its chat template; and the sorted EOS set. The weights' dtype and the attention implementation are
+  not part of it: `loading.load_policy` always loads fp32 weights with SDPA attention, whatever a config says.
   It is a property of the loaded objects, not of file bytes, so a `save_pretrained` → `from_pretrained` round
   trip (how anchors travel between peers) keeps it; two folders with the same hash tokenize, template, stop
   and build the same architecture identically; any change to those (a vocabulary entry, a normaliser, a
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rollnet.node.canonical import canonical_keccak
+from rollnet.node.errors import ConfigError
 
 # Config keys that describe serialisation or run-time switches, not the function the weights compute.
 RUNTIME_CONFIG_KEYS = frozenset({
@@ -33,21 +37,28 @@ RUNTIME_CONFIG_KEYS = frozenset({
     "name_or_path",
 })
 RUNTIME_TOKENIZER_KEYS = ("padding", "truncation")
+# Settings transformers keeps outside tokenizer.json (in tokenizer_config.json) that change what encode or
+# decode returns: decode feeds the reward, encode the prompt check.
+TOKENIZER_SETTINGS = ("clean_up_tokenization_spaces",
+                      "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output",
+                      "split_special_tokens", "add_bos_token", "add_eos_token", "add_prefix_space")
 
 
-def _ids(value: Any) -> list[int]:
+def _ids(value: Any, source: str) -> list[int]:
+    """Token ids from a config value: None, one id, or a list of ids (each a non-negative int, never a bool)."""
     if value is None:
         return []
-    if isinstance(value, int):
-        return [value]
-    return [int(item) for item in value]
+    items = value if isinstance(value, list | tuple) else [value]
+    if not all(isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in items):
+        raise ConfigError(f"{source} eos_token_id must be a token id or a list of token ids, not {str(value)[:60]}")
+    return list(items)
 
 
 def eos_token_ids(tokenizer: Any, generation_config: Any | None = None) -> tuple[int, ...]:
     """Every token id that ends a completion, sorted (see the module invariants)."""
-    ids = set(_ids(tokenizer.eos_token_id))
+    ids = set(_ids(tokenizer.eos_token_id, "the tokenizer's"))
     if generation_config is not None:
-        ids.update(_ids(getattr(generation_config, "eos_token_id", None)))
+        ids.update(_ids(getattr(generation_config, "eos_token_id", None), "the generation config's"))
     return tuple(sorted(ids))
 
 
@@ -79,11 +90,17 @@ def tokenizer_definition(tokenizer: Any) -> dict[str, Any]:
     return definition
 
 
+def tokenizer_settings(tokenizer: Any) -> dict[str, Any]:
+    values = {key: getattr(tokenizer, key, None) for key in TOKENIZER_SETTINGS}
+    return {key: value for key, value in values.items() if isinstance(value, bool | int | str)}
+
+
 def model_files_hash(config: Any, tokenizer: Any, eos_ids: Iterable[int]) -> bytes:
     """The 32-byte identity of a model's config and tokenizer (see the module invariants)."""
     return canonical_keccak({
         "architecture": architecture(config),
         "tokenizer": tokenizer_definition(tokenizer),
+        "tokenizer_settings": tokenizer_settings(tokenizer),
         "special_tokens": tokenizer.special_tokens_map,
         "chat_template": tokenizer.chat_template,
         "eos_token_ids": sorted(eos_ids),

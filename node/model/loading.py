@@ -1,16 +1,19 @@
 """Where a policy comes from: the embedded default (built on demand) or a local Hugging Face folder.
 
 Invariant: every model the node runs is loaded by `load_policy(folder)`, the one path the default and a
-real checkpoint share (`from_pretrained`); a missing or unreadable folder is a ConfigError naming it,
-never a traceback.
+real checkpoint share (`from_pretrained`, always fp32 weights with SDPA attention, whatever the config
+says); a missing or unreadable folder, or one whose EOS tokens lie outside the vocabulary, is a ConfigError
+naming it, never a traceback.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.builder import METADATA, Recipe, build_default_model, model_folder
+from rollnet.node.model.identity import model_eos_token_ids
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
@@ -41,11 +44,22 @@ def load_policy(folder: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]
     transformers_logging.disable_progress_bar()  # a progress bar per load is noise in a node's output
     try:
         tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load the model in {folder}: {exc}") from None
+        # fp32 weights and SDPA attention whatever the config says: neither is part of `model_files_hash`.
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+        if model.config._attn_implementation != "sdpa":  # a config's own `_attn_implementation` wins the load
+            model.set_attn_implementation("sdpa")
+    except Exception as exc:  # noqa: BLE001 - a broken file fails in transformers and tokenizers in many ways
+        raise ConfigError(f"cannot load the model in {folder}: {_first_line(exc)}") from None
     if tokenizer.eos_token_id is None:
         raise ConfigError(f"the tokenizer in {folder} has no end-of-sequence token")
+    vocab = model.config.vocab_size
+    if any(not 0 <= token < vocab for token in model_eos_token_ids(model, tokenizer)):
+        raise ConfigError(f"the model in {folder} names an end-of-sequence token outside its vocabulary ({vocab})")
     if not hasattr(getattr(model, "model", None), "norm"):
         raise ConfigError(f"{type(model).__name__} has no final norm at model.norm: TOPLOC cannot commit to it")
     return model.eval(), tokenizer
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__

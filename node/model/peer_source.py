@@ -106,8 +106,9 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
     """The job's model for this participant, with its policy store holding a version the chain pins (see the
     module docstring); then its anchors are served to peers. `model` is the --model folder (None: the
     embedded default, built here only when no peer offers an anchor). A validator (`strict=False`) keeps a
-    local model that is not the job's when nothing better is offered, as before (it can then check only
-    versions it can reconstruct)."""
+    local model whose weights are not the job's when nothing better is offered, as before (it can then check
+    only versions it can reconstruct), but never one whose config and tokenizer are not the job's: it would
+    judge every batch by another tokenizer, EOS set or template."""
     job, store, node = follower.job, follower.store, follower.node
     cache = data_dir / "models"
     base_root, files_hash = job.policy_root(0), job.spec().model_files_hash
@@ -142,7 +143,7 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
             follower.ensure_base(local.model)
             template, source = local, f"embedded model built here {local.folder} (version 0)"
     if template is None:
-        if not strict and local is not None:
+        if not strict and local is not None and local.files_hash == files_hash:  # same tokenizer, other weights
             follower.ensure_base(local.model, strict=False)
             template, source = local, f"local model {local.folder} (not the job's base model)"
         else:

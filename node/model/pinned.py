@@ -11,4 +11,4 @@ EMBEDDED_MODEL = "embedded"
 EMBEDDED_TASK = "addition-2digit"
 EMBEDDED_ROOT = "b6177bab7d5e59419a12ba62dad54a14438e6c2f2d5f53d2c49e9f288b5bcf87"
 # node.model.identity.model_files_hash of that build: its config, tokenizer and EOS set.
-EMBEDDED_FILES_HASH = "92b5ae4d22c9dc905dd37da7ef79379c5b4d11daf817bbe6a98db44bcd656db8"
+EMBEDDED_FILES_HASH = "f736b47c7ca5d074916781a895a24bde8e40bee59650507a76337d966e09c7e7"
