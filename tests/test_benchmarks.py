@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, needs_vllm
+from conftest import REPO, needs_real, needs_vllm
 
 
 def run_bench(script: str, tmp_path: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> dict:
@@ -110,3 +110,15 @@ def test_async_throughput_benchmark_quick(tmp_path: Path, model_home: Path) -> N
     sync, overlapped = report["arms"]
     assert set(sync["staleness"]) == {"0"} and max(int(g) for g in overlapped["staleness"]) <= 4
     assert sync["samples_per_s"] > 0 and overlapped["samples_per_s"] > 0 and report["speedup"] > 0
+
+
+@needs_real
+def test_real_model_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
+    """SmolLM2's sampled reward per candidate task, with the chat template and its EOS (numbers not asserted)."""
+    report = run_bench("real_model", tmp_path, {"ROLLNET_HOME": str(model_home)})
+    rows = report["task_choice"]
+    assert [row["task"] for row in rows] == ["gym:basic_arithmetic", "gym:chain_sum"]
+    for row in rows:
+        assert row["samples"] == 8 and 0 <= row["mean_reward"] <= 1
+        assert 0 < row["mean_tokens"] <= row["max_tokens"] <= 48
+    assert report["chosen_task"] in {None, *(row["task"] for row in rows)} and "delta" in report["not_built"]

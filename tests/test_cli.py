@@ -154,7 +154,8 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
         ('task = "addition-2digit"', 'task = "no-such-task"',
          r"field 'task': unknown task 'no-such-task': use addition-2digit, gym:<dataset> or a \.jsonl file"),
         ('model = "embedded"', 'model = "llama-9000"',
-         r"field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit'; for 'llama-9000'"),
+         r"field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit' and of the presets "
+         r"smollm2 \(any task\); for 'llama-9000'"),
         ('reward_per_sample_eth = "0.001"', 'reward_per_sample_eth = "1e70"', r"field 'reward_per_sample_eth'"),
     ],
 )

@@ -42,7 +42,8 @@ ROOT_TAIL = ["keys", "show"]  # after a root option under test: quick, and touch
 LOCAL_COMMANDS = {"keys new", "keys import", "keys show", "chain down", "model init", "model smollm2", "model identity",
                   "rollout generate", "rollout verify", "budget", "devnet"}
 # What a chain command needs besides its required parameters to reach the chain.
-CHAIN_EXTRAS = {"trainer run": ["--job", "latest"], "chain fund": ["--to", ADDRESS]}
+CHAIN_EXTRAS = {"trainer run": ["--job", "latest"], "trainer export": ["--job", "latest"],
+                "chain fund": ["--to", ADDRESS]}
 # Path parameters of commands this project does not own yet, which do not declare a kind (file or folder).
 UNDECLARED_PATHS = {("devnet", "--out"), ("devnet", "--model")}
 
@@ -256,8 +257,8 @@ FINDINGS = [
          spec_edit=('task = "addition-2digit"', 'task = "no-such-task"')),
     Case("finding: job deploy an unknown model, before any transaction",
          ["--rpc-url", DEAD_RPC, "job", "deploy", "--spec", "{EDITED_SPEC}", "--budget", "5", "--dev-account", "0"],
-         "runtime", "field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit'; "
-         "for 'llama-9000' with task",
+         "runtime", "field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit' "
+         r"and of the presets smollm2 \(any task\); for 'llama-9000' with task",
          spec_edit=('model = "embedded"', 'model = "llama-9000"')),
     Case("finding: job deploy --model FILE", ["job", "deploy", "--spec", "{SPEC}", "--budget", "5", "--model",
                                               "{FILE}"], "usage", "--model.*is a file"),

@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 from rollnet.node.chain.job import LeaseStatus, Outcome
+from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.events import iter_events
+from rollnet.node.model.policies import bf16_policy
+from transformers import AutoModelForCausalLM
 
 from rollnet.devnet import Devnet, DevnetConfig, finish_run
 from rollnet.devnet.observe import RunState
@@ -91,10 +94,15 @@ def test_a_two_step_devnet_pays_its_workers_behind_stake_gates_and_writes_the_re
         state = RunState([(p.name, p.role, p.address, p.data_dir) for p in net.participants.values()])
         watch(net, state, QUIET, live=False, timeout_s=600)
         report = finish_run(net, state, QUIET)
+        chain_root = net.job_client().policy_root(2).hex()
     finally:
         net.stop()
 
     assert report["steps"] == 2
+    final = report["run"]["final_policy"]  # the chain's last version, out as a folder transformers loads as is
+    assert final["version"] == 2 and final["folder"] in (tmp_path / "run" / "report.md").read_text()
+    exported = AutoModelForCausalLM.from_pretrained(final["folder"])
+    assert content_root(bf16_policy(exported)).hex() == final["root"] == chain_root
     trainer_steps = [e for e in iter_events(tmp_path / "run" / "trainer" / "events.jsonl") if e["kind"] == "step"]
     assert [s["version"] for s in trainer_steps] == [1, 2]
     assert all(s["samples"] > 0 for s in trainer_steps)  # at least one admitted rollout trained on per step

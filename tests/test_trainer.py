@@ -197,3 +197,44 @@ def test_trainer_run_command_resumes_its_run_dir(model_home: Path, tmp_path: Pat
     assert sorted(PolicyStore(tmp_path / "run" / "policies", trainer=DEV0).roots) == [0, 1, 2, 3]
     assert main([*common, "--steps", "4", "--epsilon", "2"]) == 1
     assert "trainer setting epsilon" in capsys.readouterr().err
+
+
+def test_a_trained_version_exports_as_a_folder_transformers_loads_with_the_version_root(
+        model_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`trainer export` rebuilds version N from the store (anchor + signed deltas), writes config, tokenizer and
+    bf16 safetensors, and checks the root; mistakes are one line and leave nothing behind."""
+    from rollnet.node.delta.checkpoint import content_root
+    from rollnet.node.model.identity import folder_model_files_hash
+    from rollnet.node.model.policies import bf16_policy
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollnet.cli import main
+
+    run = tmp_path / "run"
+    assert main(["--data-dir", str(model_home), "trainer", "run", "--dev-account", "0", "--prompts-per-step", "4",
+                 "--run-dir", str(run), "--steps", "2"]) == 0
+    store = PolicyStore(run / "policies", trainer=DEV0)
+    export = ["--data-dir", str(model_home), "trainer", "export", "--run-dir", str(run)]
+    assert main([*export, "--version", "2", "--out", str(tmp_path / "v2")]) == 0
+    assert "the run's recorded root" in capsys.readouterr().out
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "v2")  # an ordinary folder: no rollnet code needed
+    assert model.dtype == torch.bfloat16 and content_root(bf16_policy(model)) == store.roots[2] != store.roots[1]
+    assert AutoTokenizer.from_pretrained(tmp_path / "v2").decode([5]) is not None
+    (base,) = (model_home / "models").glob("addition-2digit-*")
+    assert folder_model_files_hash(tmp_path / "v2") == folder_model_files_hash(base)
+
+    def refused(argv: list[str], message: str) -> None:
+        capsys.readouterr()
+        assert main([*export, *argv]) == 1
+        err = capsys.readouterr().err.strip()
+        assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+    refused(["--version", "1", "--out", str(tmp_path / "v2")], "exists and is not an empty folder")
+    refused(["--version", "9", "--out", str(tmp_path / "v9")], "has no version 9 (versions: 0..2)")
+    delta = store.delta_path(2)  # a corrupt delta: the rebuilt weights cannot be version 2's, so nothing is written
+    data = bytearray(delta.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    delta.write_bytes(bytes(data))
+    refused(["--version", "2", "--out", str(tmp_path / "bad")], "cannot rebuild version 2")
+    assert not (tmp_path / "bad").exists() and not list(tmp_path.glob(".bad*"))
+    refused(["--version", "2", "--out", str(tmp_path / "bad"), "--run-dir", str(tmp_path)], "not a trainer run")

@@ -142,3 +142,33 @@ def test_a_model_with_two_eos_tokens_stops_at_both_and_every_honest_rollout_veri
     assert any(r.tokens[-1] == second and len(r.tokens) < 6 for r in made)
     verdicts = verify_rollouts(model, tokenizer, TASK, made, max_new_tokens=6, stop_on_eos=True)
     assert all(v.ok for v in verdicts), [v.reason for v in verdicts if not v.ok]
+
+
+def test_an_exported_version_loads_in_vllm_with_its_root_and_samples_as_transformers_does(
+        folder: Path, tmp_path: Path) -> None:
+    """`trainer export` writes a folder vLLM starts from directly (no rollnet weight hook): the engine's weights
+    have the version's root, and its seeded samples are the transformers generator's on the same folder."""
+    from rollnet.node.model.identity import loaded_model_files_hash
+    from rollnet.node.p2p.anchors import model_files
+    from rollnet.node.rollout.vllm_backend import VllmBackend
+    from rollnet.trainer.export import export_version, record_run
+
+    base, tokenizer = load_policy(folder)
+    run = tmp_path / "run"
+    record_run(run, TRAINER.address, model_files(base, tokenizer), loaded_model_files_hash(base, tokenizer))
+    store = PolicyStore(run / "policies", trainer=TRAINER.address)
+    store.publish(0, bf16_policy(base), TRAINER)
+    moved = copy.deepcopy(base)
+    with torch.no_grad():
+        for tensor in moved.state_dict().values():
+            tensor.mul_(1.01)
+    published = store.publish(1, bf16_policy(moved), TRAINER)
+    exported = export_version(run, 1, tmp_path / "v1", expected_root=published.root)
+    engine = VllmBackend.shared(exported.folder)
+    assert engine.weights_root() == published.root
+    model, tokenizer = load_policy(exported.folder)
+    instances = TASK.examples(range(300, 308))
+    made = engine.generate(instances, 4, max_new_tokens=6, temperature=1.0)
+    assert [r.tokens for r in made] == [r.tokens for r in generate(model, tokenizer, instances, 4, max_new_tokens=6,
+                                                                   temperature=1.0)]
+    assert all(v.ok for v in verify_rollouts(model, tokenizer, TASK, made))

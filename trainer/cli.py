@@ -1,11 +1,12 @@
-"""`rollnet trainer run`: GRPO against the in-process rollout source (the synchronous baseline, or a
+"""`rollnet trainer run|export`: GRPO against the in-process rollout source (the synchronous baseline, or a
 simulated lag), publishing every version to a policy store; with `--job`, against the market: validated
 batches from workers, each version published on chain and as a delta over libp2p.
 
 Invariant: a run directory holds exactly one run: re-running the command with the same `--run-dir`
 resumes it from its last saved version (optimiser state included) and trains up to `--steps` versions
 in total; progress and the end summary print as rich tables. With `--job`, the chain, the job and its
-trainer address are checked before the model is loaded, so a chain mistake costs no model load.
+trainer address are checked before the model is loaded, so a chain mistake costs no model load. `export`
+writes one version as a Hugging Face folder (trainer.export), checked against the chain's root with `--job`.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.ledger import SubmissionLedger
+from rollnet.node.model.identity import loaded_model_files_hash
 from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.pinned import EMBEDDED_TASK
+from rollnet.node.p2p.anchors import model_files
 from rollnet.node.p2p.fetch import p2p_fetcher
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.participant import register_trainer, serve_anchors, start_participant
 from rollnet.node.recipe import recipe_task
 from rollnet.node.tasks import load_task
 from rollnet.trainer.config import GRPOConfig
+from rollnet.trainer.export import export_version, record_run
 from rollnet.trainer.local import LocalRun
 from rollnet.trainer.market import MarketTrainer
 from rollnet.trainer.trainer import Trainer
@@ -56,7 +60,8 @@ def run(
     group_size: int = typer.Option(None, "--group-size", min=2, help="default 8; with --job, the recipe's"),
     loss: str = typer.Option("token", "--loss", help="token or sequence normalisation"),
     task: str = typer.Option(None, "--task", help="default addition-2digit; with --job, the recipe's"),
-    model: Path = typer.Option(None, "--model", help="local model folder (default: the embedded model)",
+    model: Path = typer.Option(None, "--model", help="local model folder or preset (smollm2); default: the job's "
+                               "preset, else the embedded model",
                                **params.INPUT_DIR),
     run_dir: Path = typer.Option(None, "--run-dir", help="state and policy store (default <data-dir>/trainer)",
                                  **params.STATE_DIR),
@@ -95,9 +100,11 @@ def run(
     torch.manual_seed(seed)
     folder = run_dir or cli.data_dir / "trainer"
     task_name = recipe.task_name if recipe else task or EMBEDDED_TASK
-    policy, tokenizer = load_policy(resolve_model(cli.data_dir, model, task_name))
+    policy, tokenizer = load_policy(resolve_model(cli.data_dir, model, task_name,
+                                                  recipe.model_name if recipe else None))
     task_def = recipe_task(recipe, tokenizer, task_flag=task) if recipe else load_task(task_name)
     store = PolicyStore(folder / "policies", trainer=signer.address)
+    record_run(folder, signer.address, model_files(policy, tokenizer), loaded_model_files_hash(policy, tokenizer))
     trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer)
     if market_job is not None:
         market_run(cli, trainer, market_job, folder, listen, steps, held_out_every, advertise, addr_file)
@@ -135,6 +142,34 @@ def run(
     console.print(f"held-out greedy accuracy {base:.3f} -> {final:.3f} at version {trainer.version}; "
                   f"samples admitted {counts.admitted}, too stale {counts.too_stale}, invalid {counts.invalid}; "
                   f"staleness {summary['staleness_histogram']}; wrote {folder / 'summary.json'}")
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    version: int = typer.Option(..., "--version", min=0, help="the policy version to write out"),
+    out: Path = typer.Option(..., "--out", help="a new (or empty) folder for the Hugging Face model",
+                             **params.STATE_DIR),
+    run_dir: Path = typer.Option(None, "--run-dir", help="the run's directory (default <data-dir>/trainer)",
+                                 **params.STATE_DIR),
+    job: str = typer.Option(None, "--job", help="check the version against this job's root on chain (address or "
+                            "'latest')", **params.JOB),
+) -> None:
+    """Write a trained policy version as an ordinary Hugging Face folder (config, tokenizer, bf16 safetensors)
+    whose content root is the version's (the chain's, with --job)."""
+    cli = get_context(ctx)
+    folder = run_dir or cli.data_dir / "trainer"
+    expected = None
+    if job is not None:
+        client, deployment = cli.client()
+        job_client = JobClient(client, resolve_job(client, deployment, job))
+        current = job_client.current_version()
+        if version > current:
+            raise RollnetError(f"job {job_client.address} has published versions up to {current}, not {version}")
+        expected = job_client.policy_root(version)
+    exported = export_version(folder, version, out, expected)
+    checked = "the chain's root" if expected is not None else "the run's recorded root"
+    console.print(f"version {version} (root {exported.root.hex()[:16]}…, {checked}) written to {exported.folder}")
 
 
 def connect_job(cli: CliContext, signer: LocalAccount, job: str) -> JobClient:

@@ -41,7 +41,8 @@ def run(
     stake: str = typer.Option("10", "--stake", help="ETH to stake if not yet registered as a validator", **params.ETH),
     job: str = typer.Option("latest", "--job", help="job address, or 'latest'", **params.JOB),
     task: str = typer.Option(None, "--task", help="the job's task (default and only choice: the recipe's on chain)"),
-    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)",
+    model: Path = typer.Option(None, "--model", help="the job's base model folder or preset "
+                               "(default: the job's preset, else embedded)",
                                **params.INPUT_DIR),
     policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)",
                                   **params.STATE_DIR),

@@ -22,7 +22,7 @@ from rollnet.node.config import Deployment
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.errors import ConfigError, ContractRevert
 from rollnet.node.model.identity import folder_model_files_hash
-from rollnet.node.model.loading import load_policy, resolve_model
+from rollnet.node.model.loading import load_policy, preset_of, resolve_model
 from rollnet.node.model.policies import bf16_policy
 from rollnet.node.spec import check_workable, explain_spec_refusal, load_job_spec
 from rollnet.node.units import eth_to_wei, format_eth
@@ -35,8 +35,8 @@ def deploy(
     ctx: typer.Context,
     spec: Path = typer.Option(..., "--spec", help="job spec TOML (see examples/job.toml)", **params.INPUT_FILE),
     budget: str = typer.Option(..., "--budget", help="ETH escrowed to pay workers", **params.ETH),
-    model: Path = typer.Option(None, "--model", help="base model folder: its bf16 content root becomes model_root, "
-                               "its config and tokenizer model_files_hash",
+    model: Path = typer.Option(None, "--model", help="base model folder or preset (smollm2): its bf16 content root "
+                               "becomes model_root, its config and tokenizer model_files_hash",
                                **params.INPUT_DIR),
     key: str = KeyOption,
     dev_account: int = DevAccountOption,
@@ -44,8 +44,11 @@ def deploy(
     """Create a TrainingJob from a spec file, escrowing BUDGET ETH."""
     job_spec = load_job_spec(spec)
     if model is not None:
-        job_spec = job_spec.model_copy(update={"model_root": "0x" + base_model_root(model).hex(),
-                                               "model_files_hash": "0x" + base_model_files_hash(model).hex()})
+        data_dir = get_context(ctx).data_dir
+        folder = resolve_model(data_dir, model)
+        named = {"model": str(model)} if preset_of(model) else {}  # a preset deploys under its own name
+        job_spec = job_spec.model_copy(update={**named, "model_root": "0x" + base_model_root(folder).hex(),
+                                               "model_files_hash": "0x" + base_model_files_hash(folder).hex()})
     check_workable(job_spec, str(spec))
     budget_wei = eth_to_wei(budget, "--budget")
     if budget_wei < job_spec.lease_cost_wei():

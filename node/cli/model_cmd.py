@@ -15,6 +15,7 @@ import typer
 from rollnet.node.cli import params
 from rollnet.node.cli.context import console, get_context
 from rollnet.node.model.builder import METADATA, Recipe, build_default_model, load_metadata
+from rollnet.node.model.loading import resolve_model
 from rollnet.node.model.smollm2 import materialize_smollm2
 from rollnet.node.tasks import load_task
 
@@ -53,11 +54,14 @@ def smollm2(ctx: typer.Context) -> None:
 
 @app.command()
 def identity(
-    folder: Path = typer.Argument(..., help="a model folder", **params.INPUT_DIR),
+    ctx: typer.Context,
+    folder: Path = typer.Argument(..., help="a model folder, or a preset (smollm2)", **params.INPUT_DIR),
 ) -> None:
     """Print the two lines a job spec needs to pin this model: model_root (its bf16 weights) and
     model_files_hash (its config, tokenizer, chat template and EOS set)."""
     from rollnet.node.cli.job_cmd import base_model_files_hash, base_model_root
+
+    folder = resolve_model(get_context(ctx).data_dir, folder)
 
     console.print(f'model_root = "0x{base_model_root(folder).hex()}"', markup=False, highlight=False)
     console.print(f'model_files_hash = "0x{base_model_files_hash(folder).hex()}"', markup=False, highlight=False)

@@ -169,7 +169,8 @@ def work(
     leases: int = typer.Option(1, "--leases", min=0, help="leases to claim, generate and submit (0: until Ctrl-C)"),
     serve: float = typer.Option(60.0, "--serve", min=0, help="seconds to keep serving the batches afterwards"),
     task: str = typer.Option(None, "--task", help="the job's task (default and only choice: the recipe's on chain)"),
-    model: Path = typer.Option(None, "--model", help="the job's base model folder (default: embedded)",
+    model: Path = typer.Option(None, "--model", help="the job's base model folder or preset "
+                               "(default: the job's preset, else embedded)",
                                **params.INPUT_DIR),
     policies: Path = typer.Option(None, "--policies", help="policy store (default <data-dir>/policies)",
                                   **params.STATE_DIR),

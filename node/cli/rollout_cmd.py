@@ -25,7 +25,8 @@ from rollnet.node.tasks import load_task
 
 app = typer.Typer(help="Generate and verify rollouts locally.", no_args_is_help=True)
 
-ModelOption = typer.Option(None, "--model", help="local Hugging Face model folder (default: the embedded model)",
+ModelOption = typer.Option(None, "--model", help="local Hugging Face model folder or preset (smollm2); default: the "
+                           "embedded model",
                            **params.INPUT_DIR)
 TaskOption = typer.Option("addition-2digit", "--task", help="addition-2digit, gym:<dataset> or a .jsonl file")
 

@@ -1,9 +1,11 @@
-"""Where a policy comes from: the embedded default (built on demand) or a local Hugging Face folder.
+"""Where a policy comes from: the embedded default (built on demand), a preset rollnet converts itself
+(`--model smollm2`, or a job whose spec names it), or a local Hugging Face folder.
 
 Invariant: every model the node runs is loaded by `load_policy(folder)`, the one path the default and a
 real checkpoint share (`from_pretrained`, always fp32 weights with SDPA attention, whatever the config
 says); a missing or unreadable folder, or one whose EOS tokens lie outside the vocabulary, is a ConfigError
-naming it, never a traceback.
+naming it, never a traceback. A `--model` value that is a preset's name and no existing path means the
+preset; an existing folder of that name wins.
 """
 
 from __future__ import annotations
@@ -14,12 +16,29 @@ import torch
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.builder import METADATA, Recipe, build_default_model, model_folder
 from rollnet.node.model.identity import model_eos_token_ids
+from rollnet.node.model.pinned import PRESETS, SMOLLM2
+from rollnet.node.model.smollm2 import materialize_smollm2
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 from transformers.utils import logging as transformers_logging
 
+PRESET_BUILDERS = {SMOLLM2: materialize_smollm2}  # name -> cache folder -> model folder (converted once)
 
-def resolve_model(data_dir: Path, model: Path | None, task: str = Recipe.task) -> Path:
-    """`model` when given (it must be a model folder), else the embedded default for `task`."""
+
+def preset_of(model: Path | None, job_model_name: str | None = None) -> str | None:
+    """The preset meant: `model` when it is a preset's bare name and no existing path; with no `model`, the
+    job's model name when that is a preset; else None."""
+    if model is None:
+        return job_model_name if job_model_name in PRESETS else None
+    return str(model) if str(model) in PRESETS and not model.exists() else None
+
+
+def resolve_model(data_dir: Path, model: Path | None, task: str = Recipe.task,
+                  job_model_name: str | None = None) -> Path:
+    """The preset `model` names (or, with no `model`, the job's), converted on first use; else `model` (it
+    must be a model folder); else the embedded default for `task`."""
+    preset = preset_of(model, job_model_name)
+    if preset is not None:
+        return PRESET_BUILDERS[preset](data_dir / "models")
     if model is None:
         return build_default_model(data_dir / "models", Recipe(task=task))
     if not (model / "config.json").is_file():
@@ -28,9 +47,17 @@ def resolve_model(data_dir: Path, model: Path | None, task: str = Recipe.task) -
     return model
 
 
-def cached_model(data_dir: Path, model: Path | None, task: str = Recipe.task) -> Path | None:
-    """What `resolve_model` would give without building anything: `model` when given (it must be a model
-    folder), else the embedded default for `task` if it is already built, else None."""
+def cached_model(data_dir: Path, model: Path | None, task: str = Recipe.task,
+                 job_model_name: str | None = None) -> Path | None:
+    """What `resolve_model` would give without training anything: a preset (converted here if its extra is
+    installed; the job's preset without the extra gives None, so peers supply it), `model` when given (it
+    must be a model folder), else the embedded default for `task` if it is already built, else None."""
+    preset = preset_of(model, job_model_name)
+    if preset is not None and model is None:
+        try:
+            return PRESET_BUILDERS[preset](data_dir / "models")
+        except ConfigError:
+            return None
     if model is not None:
         return resolve_model(data_dir, model, task)
     folder = model_folder(data_dir / "models", Recipe(task=task))

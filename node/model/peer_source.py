@@ -104,15 +104,17 @@ def _load(folder: Path) -> _Local:
 def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task: str, *, strict: bool = True,
               fetch_timeout: float = 30.0) -> JobModel:
     """The job's model for this participant, with its policy store holding a version the chain pins (see the
-    module docstring); then its anchors are served to peers. `model` is the --model folder (None: the
-    embedded default, built here only when no peer offers an anchor). A validator (`strict=False`) keeps a
+    module docstring); then its anchors are served to peers. `model` is the --model folder or preset (None:
+    the job's preset when its spec names one, else the embedded default, built here only when no peer offers
+    an anchor). A validator (`strict=False`) keeps a
     local model whose weights are not the job's when nothing better is offered, as before (it can then check
     only versions it can reconstruct), but never one whose config and tokenizer are not the job's: it would
     judge every batch by another tokenizer, EOS set or template."""
     job, store, node = follower.job, follower.store, follower.node
     cache = data_dir / "models"
-    base_root, files_hash = job.policy_root(0), job.spec().model_files_hash
-    folder = cached_model(data_dir, model, task)
+    spec = job.spec()
+    base_root, files_hash = job.policy_root(0), spec.model_files_hash
+    folder = cached_model(data_dir, model, task, spec.model_name)
     local = _load(folder) if folder is not None else None
     local_problem = local.mismatch(base_root, files_hash) if local is not None else None
     if local is not None and local_problem:

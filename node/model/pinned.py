@@ -4,11 +4,35 @@ default, and the bf16 content root that build has on every x86-64 CPU with the p
 Invariant: `EMBEDDED_ROOT` and `EMBEDDED_FILES_HASH` are the weights' root and the config-and-tokenizer
 identity (`model.identity`) that `build_default_model` produces for the default build recipe (the test
 `test_the_default_build_has_the_pinned_root` holds it to both); a job spec naming the embedded model for its
-default task without a model_root (and model_files_hash) pins these on chain.
+default task without a model_root (and model_files_hash) pins these on chain. `PRESETS` does the same for
+the real checkpoints rollnet converts itself (`model.presets`), whatever the task: a spec naming one without
+a model_root pins its root and files hash (the test `test_the_smollm2_preset_has_the_pinned_identity`
+converts it and holds it to both).
 """
+
+from dataclasses import dataclass
 
 EMBEDDED_MODEL = "embedded"
 EMBEDDED_TASK = "addition-2digit"
 EMBEDDED_ROOT = "b6177bab7d5e59419a12ba62dad54a14438e6c2f2d5f53d2c49e9f288b5bcf87"
 # node.model.identity.model_files_hash of that build: its config, tokenizer and EOS set.
 EMBEDDED_FILES_HASH = "f736b47c7ca5d074916781a895a24bde8e40bee59650507a76337d966e09c7e7"
+
+
+@dataclass(frozen=True)
+class PinnedModel:
+    """A model rollnet builds or converts itself, and the identity that build has on every machine."""
+
+    name: str
+    root: str  # bf16 content root of its weights (hex, no 0x)
+    files_hash: str  # model_files_hash of its config and tokenizer (hex, no 0x)
+    description: str
+
+
+SMOLLM2 = "smollm2"
+PRESETS = {
+    SMOLLM2: PinnedModel(
+        SMOLLM2, root="35ccc093ab1cf7e7e5c4ff4f27c49b8b119799ac593b4b975bc65a1d1d597be3",
+        files_hash="ddbcfd55d9ff6a7b559636519657dbf0307c47cc5edc2bf80ebaeeae9ccd9c14",
+        description="SmolLM2-135M-Instruct, the Q4_1 GGUF of the `real` extra dequantised to fp32"),
+}

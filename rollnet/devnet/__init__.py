@@ -3,12 +3,14 @@ and a report at the end.
 
 Invariant: the run directory keeps everything (each participant's data directory with its event log,
 SQLite store, policy store and process log; anvil's log and dumped state; the report), whether the run
-ends by itself or by Ctrl-C; every process it started is stopped when it returns.
+ends by itself or by Ctrl-C; every process it started is stopped when it returns. A finished run writes
+the chain's final policy version out as a Hugging Face folder (`final-policy/`), which the report names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -21,13 +23,14 @@ from rollnet.devnet.live import render
 from rollnet.devnet.network import CHEAT_MODES, Devnet, DevnetConfig
 from rollnet.devnet.observe import RunState, gas_by_call
 from rollnet.devnet.report import write_report
-from rollnet.node.chain.job import LeaseStatus
+from rollnet.node.chain.job import JobClient, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.cli.context import make_console
 from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import Keeper
 from rollnet.node.model.loading import load_policy
+from rollnet.trainer.export import export_version
 
 __all__ = ["Devnet", "DevnetConfig", "devnet", "finish_run", "run_devnet"]
 
@@ -113,10 +116,22 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
            "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at}
     from rollnet.devnet.report import build_report
 
+    run["final_policy"] = export_final(net, job, console)
     report = build_report(state, params=params, budget=config.max_staleness, gas=gas, run=run)
     files = write_report(report, config.out)
     console.print(f"report: {', '.join(str(f) for f in files[:2])} and {len(files) - 2} plots")
     return report
+
+
+def export_final(net: Devnet, job: JobClient, console: Console) -> dict:
+    """The chain's newest version, written out of the trainer's run as a Hugging Face folder (trainer.export),
+    checked against the chain's root; the report names it."""
+    version = job.current_version()
+    out = net.config.out / "final-policy"
+    shutil.rmtree(out, ignore_errors=True)  # a rerun into the same directory writes its own final version
+    exported = export_version(net.config.out / "trainer", version, out, job.policy_root(version))
+    console.print(f"final policy (version {version}, root {exported.root.hex()[:16]}…): {out}")
+    return {"version": version, "folder": str(out), "root": exported.root.hex()}
 
 
 def run_devnet(config: DevnetConfig, console: Console, live: bool = True, timeout_s: float = 1200.0) -> dict:

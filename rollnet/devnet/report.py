@@ -228,7 +228,10 @@ def markdown(report: dict) -> str:
         f"rejected, {money['decided'].get('void', 0)} void |",
         f"| committees | {report['committees']['leases_voted']} leases voted on, "
         f"{report['committees']['mean_members_voting']:.1f} votes per lease, "
-        f"{len(report['committees']['appeals'])} appeals |", "",
+        f"{len(report['committees']['appeals'])} appeals |",
+        *([f"| final policy | version {run['final_policy']['version']} (root "
+           f"`{run['final_policy']['root'][:16]}…`, the chain's): `{run['final_policy']['folder']}` |"]
+          if run.get("final_policy") else []), "",
         "## Staleness: prediction against the run", "",
         f"`rollnet budget` on this run's numbers: {prediction['params']:,} parameters, a measured change fraction "
         f"of {prediction['change']:.4f}, a measured loopback transfer rate of {prediction['link_bps'] / 1e6:,.0f} "
