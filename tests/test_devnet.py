@@ -293,3 +293,12 @@ def test_ctrl_c_stops_every_process_and_keeps_the_run_directory(tmp_path: Path, 
     assert (out / "anvil-state.json").stat().st_size > 0
     for person in ("trainer", "worker-0", "validator-0"):
         assert (out / person / "events.jsonl").exists()
+
+
+def test_the_devnet_refuses_a_model_it_cannot_run_in_one_line(tmp_path: Path) -> None:
+    """The devnet's job is the embedded recipe: a folder rollnet did not build (a preset name, a real
+    checkpoint) is refused before any chain starts, never a FileNotFoundError from its metadata."""
+    from rollnet.node.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not supported by the devnet yet"):
+        DevnetConfig(out=tmp_path / "run", model=tmp_path / "smollm2").check()

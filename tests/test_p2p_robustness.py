@@ -227,8 +227,9 @@ def test_a_chunk_request_names_each_chunk_once(peers: Peers) -> None:
     root = server.store.put(os.urandom(CHUNK_SIZE))
     request = json.dumps({"op": "chunks", "root": root.hex(), "index": [0] * 64}).encode()
     client.call(send_raw, client, server.peer_id, OBJECT, struct.pack(">I", len(request)) + request)
+    # the server records the fault on its own task, after the client's send returns: wait for it
+    assert wait_for(lambda: server.stats.faults["object:FrameError"] == 1)
     assert server.object_server.chunks_served == 0
-    assert server.stats.faults["object:FrameError"] == 1
 
 
 def test_per_peer_upload_buckets_cap_each_peer_on_a_virtual_clock() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, needs_real
+from rollnet.node.errors import ConfigError
 from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.model.loading import cached_model, load_policy, preset_of, resolve_model
 from rollnet.node.model.pinned import PRESETS, SMOLLM2
@@ -41,6 +42,15 @@ def test_the_smollm2_preset_has_the_pinned_identity(smollm2: Path, model_home: P
     assert f'model_root = "0x{PINNED.root}"' in out and f'model_files_hash = "0x{PINNED.files_hash}"' in out
     assert preset_of(Path(SMOLLM2)) == SMOLLM2 and preset_of(None, SMOLLM2) == SMOLLM2 and preset_of(None, "x") is None
     assert cached_model(model_home, None, "gym:basic_arithmetic", SMOLLM2) == smollm2  # a job naming the preset
+
+
+def test_a_folder_named_like_the_preset_is_refused_as_ambiguous(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / SMOLLM2).mkdir()
+    with pytest.raises(ConfigError, match="names both the smollm2 preset and a folder here"):
+        preset_of(Path(SMOLLM2))
+    assert preset_of(tmp_path / SMOLLM2) is None  # an absolute path is the folder
 
 
 def test_a_spec_naming_smollm2_pins_its_identity_for_any_task(tmp_path: Path) -> None:

@@ -229,7 +229,10 @@ def test_a_trained_version_exports_as_a_folder_transformers_loads_with_the_versi
         err = capsys.readouterr().err.strip()
         assert message in err and "Traceback" not in err and len(err.splitlines()) == 1, err
 
-    refused(["--version", "1", "--out", str(tmp_path / "v2")], "exists and is not an empty folder")
+    refused(["--version", "1", "--out", str(tmp_path / "v2")], "is not an empty folder")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "empty")
+    refused(["--version", "1", "--out", str(tmp_path / "link")], "(or is a link)")
     refused(["--version", "9", "--out", str(tmp_path / "v9")], "has no version 9 (versions: 0..2)")
     delta = store.delta_path(2)  # a corrupt delta: the rebuilt weights cannot be version 2's, so nothing is written
     data = bytearray(delta.read_bytes())
@@ -238,3 +241,7 @@ def test_a_trained_version_exports_as_a_folder_transformers_loads_with_the_versi
     refused(["--version", "2", "--out", str(tmp_path / "bad")], "cannot rebuild version 2")
     assert not (tmp_path / "bad").exists() and not list(tmp_path.glob(".bad*"))
     refused(["--version", "2", "--out", str(tmp_path / "bad"), "--run-dir", str(tmp_path)], "not a trainer run")
+    capsys.readouterr()  # another trainer key may not resume (and sign into) this run directory
+    assert main(["--data-dir", str(model_home), "trainer", "run", "--dev-account", "1", "--prompts-per-step", "4",
+                 "--run-dir", str(run), "--steps", "3"]) == 1
+    assert f"is the run of trainer {DEV0}" in capsys.readouterr().err

@@ -159,7 +159,7 @@ def export(
     whose content root is the version's (the chain's, with --job)."""
     cli = get_context(ctx)
     folder = run_dir or cli.data_dir / "trainer"
-    expected = None
+    expected = files_hash = None
     if job is not None:
         client, deployment = cli.client()
         job_client = JobClient(client, resolve_job(client, deployment, job))
@@ -167,7 +167,8 @@ def export(
         if version > current:
             raise RollnetError(f"job {job_client.address} has published versions up to {current}, not {version}")
         expected = job_client.policy_root(version)
-    exported = export_version(folder, version, out, expected)
+        files_hash = job_client.spec().model_files_hash
+    exported = export_version(folder, version, out, expected, files_hash)
     checked = "the chain's root" if expected is not None else "the run's recorded root"
     console.print(f"version {version} (root {exported.root.hex()[:16]}…, {checked}) written to {exported.folder}")
 

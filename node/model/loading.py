@@ -4,8 +4,8 @@
 Invariant: every model the node runs is loaded by `load_policy(folder)`, the one path the default and a
 real checkpoint share (`from_pretrained`, always fp32 weights with SDPA attention, whatever the config
 says); a missing or unreadable folder, or one whose EOS tokens lie outside the vocabulary, is a ConfigError
-naming it, never a traceback. A `--model` value that is a preset's name and no existing path means the
-preset; an existing folder of that name wins.
+naming it, never a traceback. A `--model` value that is a preset's bare name means the preset; if a
+folder of that name also exists here, the value is refused as ambiguous (an absolute path names the folder).
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ def preset_of(model: Path | None, job_model_name: str | None = None) -> str | No
     job's model name when that is a preset; else None."""
     if model is None:
         return job_model_name if job_model_name in PRESETS else None
-    return str(model) if str(model) in PRESETS and not model.exists() else None
+    if str(model) not in PRESETS:
+        return None
+    if model.exists():
+        raise ConfigError(f"--model {model} names both the {model} preset and a folder here: give the folder as an "
+                          "absolute path, or run elsewhere for the preset")
+    return str(model)
 
 
 def resolve_model(data_dir: Path, model: Path | None, task: str = Recipe.task,

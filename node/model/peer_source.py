@@ -43,7 +43,8 @@ from rollnet.node.delta.checkpoint import LazyCheckpoint, content_root, save_che
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import ConfigError, RollnetError
 from rollnet.node.model.identity import folder_model_files_hash, loaded_model_files_hash
-from rollnet.node.model.loading import cached_model, load_policy, resolve_model
+from rollnet.node.model.loading import cached_model, load_policy, preset_of, resolve_model
+from rollnet.node.model.pinned import EMBEDDED_MODEL
 from rollnet.node.model.policies import bf16_policy
 from rollnet.node.p2p.anchors import CHECKPOINT, AnchorBundle, BundleFile, Offer, ask_anchors
 from rollnet.node.p2p.transfer import ObjectFetcher
@@ -138,7 +139,9 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
             problem = exc
             if template is not None:
                 log.info("%s; following deltas from version %s", exc, store.latest)
-    if template is None and model is None and local is None and isinstance(problem, NoAnchor):
+    preset = preset_of(model, spec.model_name)
+    if (template is None and model is None and local is None and isinstance(problem, NoAnchor)
+            and spec.model_name == EMBEDDED_MODEL):
         log.warning("%s: building the embedded model here", problem)
         local = _load(resolve_model(data_dir, None, task))
         if not local.mismatch(base_root, files_hash):
@@ -152,6 +155,8 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
             reason = str(problem or "the job's model is neither on this machine nor offered by a peer")
             if local is not None and (local_problem := local.mismatch(base_root, files_hash)):
                 reason += f"; the local model {local.folder} is not the job's base model ({local_problem})"
+            if preset is not None and folder is None:
+                reason += f"; the {preset} preset cannot be converted here without the `real` extra"
             raise (type(problem) if problem else RollnetError)(reason)
     serve_anchors(node, job.address, store, template.model, template.tokenizer)
     return JobModel(template.folder, template.model, template.tokenizer, source or f"{template.folder}")

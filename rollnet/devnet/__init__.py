@@ -116,7 +116,11 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
            "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at}
     from rollnet.devnet.report import build_report
 
-    run["final_policy"] = export_final(net, job, console)
+    try:
+        run["final_policy"] = export_final(net, job, console)
+    except RollnetError as exc:  # the report is written all the same, and says why there is no folder
+        console.print(f"[red]final policy not exported:[/] {exc}")
+        run["final_policy"] = {"error": str(exc)}
     report = build_report(state, params=params, budget=config.max_staleness, gas=gas, run=run)
     files = write_report(report, config.out)
     console.print(f"report: {', '.join(str(f) for f in files[:2])} and {len(files) - 2} plots")
@@ -129,7 +133,8 @@ def export_final(net: Devnet, job: JobClient, console: Console) -> dict:
     version = job.current_version()
     out = net.config.out / "final-policy"
     shutil.rmtree(out, ignore_errors=True)  # a rerun into the same directory writes its own final version
-    exported = export_version(net.config.out / "trainer", version, out, job.policy_root(version))
+    exported = export_version(net.config.out / "trainer", version, out, job.policy_root(version),
+                              job.spec().model_files_hash)
     console.print(f"final policy (version {version}, root {exported.root.hex()[:16]}…): {out}")
     return {"version": version, "folder": str(out), "root": exported.root.hex()}
 

@@ -27,7 +27,7 @@ from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment, resolve_data_dir
 from rollnet.node.errors import ConfigError, RollnetError
 from rollnet.node.keys import dev_account
-from rollnet.node.model.builder import build_default_model, load_metadata
+from rollnet.node.model.builder import METADATA, build_default_model, load_metadata
 from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.rollout.backend import BACKENDS, require_vllm
@@ -77,6 +77,10 @@ class DevnetConfig:
             raise ConfigError(f"unknown cheater mode {self.cheater!r}: one of {', '.join(CHEAT_MODES)}")
         if self.steps < 1:
             raise ConfigError("--steps must be at least 1")
+        if self.model is not None and not (self.model / METADATA).is_file():
+            raise ConfigError(f"--model {self.model}: the devnet runs the embedded model's recipe (addition-2digit) "
+                              "and takes only a folder `rollnet model init` built; other models (smollm2) are not "
+                              "supported by the devnet yet")
 
     @property
     def committee_size(self) -> int:

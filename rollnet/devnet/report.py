@@ -231,7 +231,7 @@ def markdown(report: dict) -> str:
         f"{len(report['committees']['appeals'])} appeals |",
         *([f"| final policy | version {run['final_policy']['version']} (root "
            f"`{run['final_policy']['root'][:16]}…`, the chain's): `{run['final_policy']['folder']}` |"]
-          if run.get("final_policy") else []), "",
+          if run.get("final_policy", {}).get("folder") else []), "",
         "## Staleness: prediction against the run", "",
         f"`rollnet budget` on this run's numbers: {prediction['params']:,} parameters, a measured change fraction "
         f"of {prediction['change']:.4f}, a measured loopback transfer rate of {prediction['link_bps'] / 1e6:,.0f} "
