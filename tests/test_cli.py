@@ -152,7 +152,8 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
         ("lease_seconds = 600 ", "lease_seconds = 600000 ", r"shorter than the registry's unbonding period"),
         ("max_staleness = 4 ", "max_staleness = 4\nstalenes = 3\n", r"unknown field 'stalenes'"),
         ('task = "addition-2digit"', 'task = "no-such-task"',
-         r"field 'task': unknown task 'no-such-task': use addition-2digit, gym:<dataset> or a \.jsonl file"),
+         r"field 'task': unknown task 'no-such-task': use addition-2digit, gym:<dataset>\[:<answer rule>\] or a "
+         r"\.jsonl file"),
         ('model = "embedded"', 'model = "llama-9000"',
          r"field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit' and of the presets "
          r"smollm2 \(any task\); for 'llama-9000'"),

@@ -11,6 +11,7 @@ from rollnet.node.errors import ConfigError
 from rollnet.node.model.builder import Recipe, build_default_model, greedy_accuracy, load_metadata
 from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import load_task, seed_from_bytes
+from rollnet.node.tasks.base import task_config_hash
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
 from rollnet.cli import main
@@ -89,6 +90,24 @@ def test_tasks_are_pure_functions_of_their_seed(tmp_path: Path) -> None:
     jsonl = load_task(str(path))
     assert jsonl.instance(3).prompt == "q" and jsonl.reward(jsonl.instance(2), "4") == 1.0
     assert seed_from_bytes(bytes(range(32))) == int.from_bytes(bytes(range(8)), "big")
+
+
+def test_gym_answer_rules_pick_what_the_scorer_sees_and_are_pinned_by_the_task_hash() -> None:
+    """A small model writes prose around its answer: `last-number` and `answer-tag` score the answer only,
+    and a task named with a rule hashes differently from the whole-completion one, so the chain pins it."""
+    whole, number, tag = (load_task(f"gym:gcd{rule}") for rule in ("", ":last-number", ":answer-tag"))
+    item = number.instance(3)
+    prose = f"The numbers share 1,000 divisors? No: the GCD is {item.answer}."
+    assert whole.reward(whole.instance(3), prose) < 1.0 and number.reward(item, prose) == 1.0
+    assert number.reward(item, "no number here") == 0.0 and number.reward(item, f"{item.answer} or maybe 999999") < 1
+    tagged = tag.instance(3)
+    assert tagged.prompt.startswith(item.prompt) and "<answer>" in tagged.prompt
+    assert tag.reward(tagged, f"think <answer>0</answer> then <answer> {item.answer} </answer>") == 1.0
+    assert tag.reward(tagged, item.answer) == 0.0
+    hashes = {task_config_hash(task) for task in (whole, number, tag)}
+    assert len(hashes) == 3 and task_config_hash(load_task("gym:gcd:last-number")) in hashes
+    with pytest.raises(ConfigError, match="unknown answer rule 'first-word'.*whole, last-number, answer-tag"):
+        load_task("gym:gcd:first-word")
 
 
 def test_bad_task_names_and_files_are_clear_errors(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ app = typer.Typer(help="Generate and verify rollouts locally.", no_args_is_help=
 ModelOption = typer.Option(None, "--model", help="local Hugging Face model folder or preset (smollm2); default: the "
                            "embedded model",
                            **params.INPUT_DIR)
-TaskOption = typer.Option("addition-2digit", "--task", help="addition-2digit, gym:<dataset> or a .jsonl file")
+TaskOption = typer.Option("addition-2digit", "--task",
+                          help="addition-2digit, gym:<dataset>[:whole|last-number|answer-tag] or a .jsonl file")
 
 
 @app.command("generate")

@@ -67,7 +67,8 @@ def seed_from_bytes(seed: bytes) -> int:
 
 
 def load_task(name: str) -> Task:
-    """`addition-2digit`, `gym:<reasoning-gym dataset>`, or a path to a JSONL file of prompt/answer pairs."""
+    """`addition-2digit`, `gym:<reasoning-gym dataset>[:<answer rule>]` (see tasks.gym), or a path to a JSONL
+    file of prompt/answer pairs."""
     from rollnet.node.tasks.addition import AdditionTask
     from rollnet.node.tasks.gym import ReasoningGymTask
     from rollnet.node.tasks.jsonl import JsonlTask
@@ -75,7 +76,7 @@ def load_task(name: str) -> Task:
     if name == AdditionTask.name:
         return AdditionTask()
     if name.startswith("gym:"):
-        return ReasoningGymTask(name.removeprefix("gym:"))
+        return ReasoningGymTask.from_name(name.removeprefix("gym:"))
     if name.endswith(".jsonl"):
         return JsonlTask(Path(name))
-    raise ConfigError(f"unknown task {name!r}: use {AdditionTask.name}, gym:<dataset> or a .jsonl file")
+    raise ConfigError(f"unknown task {name!r}: use {AdditionTask.name}, gym:<dataset>[:<answer rule>] or a .jsonl file")

@@ -1,25 +1,70 @@
 """Tasks from reasoning-gym's procedural generators (offline; nothing is downloaded).
 
-Invariant: the instance for a seed is the generator's single item for that seed; rewards come from the
-generator's own scorer.
+A task is named `gym:<dataset>` or `gym:<dataset>:<answer rule>`. The answer rule decides which part of a
+completion the dataset's scorer sees:
+- `whole` (the default, also when no rule is named): the whole completion, stripped of surrounding space;
+- `last-number`: the last number in the completion (an optional minus sign, digits, an optional decimal
+  part; thousands separators `,` are dropped first), or nothing when it holds no number;
+- `answer-tag`: the text inside the last `<answer>...</answer>` pair (reasoning-gym's own `extract_answer`),
+  or nothing without one. The prompt then ends with an instruction to answer in that format.
+Nothing scores 0 whatever the dataset.
+
+Invariant: the instance for a seed is the generator's single item for that seed (with the rule's
+instruction appended, for `answer-tag`); rewards come from the generator's own scorer applied to the rule's
+extract; the rule is part of the name and of `configuration()`, so it is pinned by the task hash.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from functools import cached_property
 
 from rollnet.node.errors import ConfigError
 from rollnet.node.tasks.base import Task, TaskInstance
 
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+ANSWER_TAG_INSTRUCTION = "\n\nGive your final answer between <answer> and </answer>, like <answer>42</answer>."
+
+
+def last_number(completion: str) -> str | None:
+    """The last number in `completion`, thousands separators removed; None when it holds none."""
+    numbers = NUMBER.findall(completion.replace(",", ""))
+    return numbers[-1] if numbers else None
+
+
+def answer_tag(completion: str) -> str | None:
+    """The text of the last `<answer>` pair (reasoning-gym's rule); None without one."""
+    from reasoning_gym.utils import extract_answer
+
+    return extract_answer(completion)
+
+
+ANSWER_RULES: dict[str, Callable[[str], str | None]] = {
+    "whole": str.strip,
+    "last-number": last_number,
+    "answer-tag": answer_tag,
+}
+
 
 class ReasoningGymTask(Task):
-    def __init__(self, dataset: str):
-        self.dataset = dataset
-        self.name = f"gym:{dataset}"
+    def __init__(self, dataset: str, answer_rule: str | None = None):
         import reasoning_gym
 
         if dataset not in reasoning_gym.factory.DATASETS:
             raise ConfigError(f"reasoning-gym has no dataset {dataset!r}")
+        if answer_rule is not None and answer_rule not in ANSWER_RULES:
+            raise ConfigError(f"unknown answer rule {answer_rule!r} in gym:{dataset}:{answer_rule}: use one of "
+                              f"{', '.join(ANSWER_RULES)}")
+        self.dataset = dataset
+        self.answer_rule = answer_rule or "whole"
+        self.name = f"gym:{dataset}" if answer_rule is None else f"gym:{dataset}:{answer_rule}"  # as named
+
+    @classmethod
+    def from_name(cls, name: str) -> ReasoningGymTask:
+        """`<dataset>` or `<dataset>:<answer rule>` (the part after `gym:`)."""
+        dataset, _, rule = name.partition(":")
+        return cls(dataset, rule or None)
 
     @cached_property
     def _module(self):  # noqa: ANN202 - the reasoning_gym module
@@ -32,12 +77,20 @@ class ReasoningGymTask(Task):
 
     def instance(self, seed: int) -> TaskInstance:
         entry = self._dataset(seed)[0]
-        return TaskInstance(seed, entry["question"], str(entry["answer"]), {"entry": entry})
+        prompt = entry["question"] + (ANSWER_TAG_INSTRUCTION if self.answer_rule == "answer-tag" else "")
+        return TaskInstance(seed, prompt, str(entry["answer"]), {"entry": entry})
 
     def reward(self, instance: TaskInstance, completion: str) -> float:
+        answer = ANSWER_RULES[self.answer_rule](completion)
+        if answer is None:
+            return 0.0
         dataset = self._dataset(instance.seed)
-        return float(dataset.score_answer(answer=completion.strip(), entry=dataset[0]))
+        return float(dataset.score_answer(answer=answer, entry=dataset[0]))
 
     def configuration(self) -> dict:
-        """The dataset with reasoning-gym's version: its generators are code, so the version pins them."""
-        return {"task": self.name, "reasoning_gym": self._module.__version__, "size": 1}
+        """The dataset with reasoning-gym's version (its generators are code, so the version pins them), and
+        the answer rule when it is not the whole completion."""
+        config = {"task": self.name, "reasoning_gym": self._module.__version__, "size": 1}
+        if self.name != f"gym:{self.dataset}":
+            config["answer_rule"] = self.answer_rule
+        return config
