@@ -1,15 +1,18 @@
-"""rollnet on a real language model (SmolLM2-135M-Instruct, the `smollm2` preset): which reasoning-gym task
-gives GRPO signal, measured by sampling the base model the way a worker does.
+"""rollnet on a real language model (SmolLM2-135M-Instruct, the `smollm2` preset), issue 16's measurements in
+one run: which reasoning-gym task gives GRPO signal, how big real GRPO deltas are, whether verification
+passes honest rollouts and catches cheats (against their per-token KL), and what proofs and checks cost.
 
-Section `task` (built): for each candidate reasoning-gym dataset, PROMPTS prompts (seeds from 10,000 up, away
-from any training seeds) in SmolLM2's chat template, GROUP seeded samples each at temperature 1.0, up to
---max-new-tokens tokens stopping at its EOS, scored by the dataset's own scorer. It reports the mean sampled
-reward, the share of groups whose rewards differ (GRPO learns only from those), the completion lengths and
-how many ended at EOS, and picks the candidate whose mean reward lies in [0.1, 0.7] with the most signal.
-The remaining sections of issue 16 (deltas from real GRPO steps, honest false positives, the detection table
-against per-token KL, costs) are not built yet; the JSON says so.
+Section `task`: for each candidate task (a reasoning-gym dataset with an answer rule, node/tasks/gym.py),
+PROMPTS prompts (seeds from 10,000 up, away from any training seeds) in SmolLM2's chat template, GROUP seeded
+samples each at temperature 1.0, up to --max-new-tokens tokens stopping at its EOS, scored by the dataset's
+own scorer on the rule's extract. It reports the mean sampled reward, the share of groups whose rewards
+differ (GRPO learns only from those), the completion lengths and how many ended at EOS, and picks the
+candidate whose mean reward lies in [0.1, 0.7] with the most signal.
+Section `delta` (bench/real_delta.py) and sections `honest`, `detection`, `cost` (bench/real_verify.py) run
+on the chosen task (or --task): see those modules for what they measure.
 
-Usage: python bench/real_model.py [--quick] [--json PATH] [--tasks a,b,c]
+Usage: python bench/real_model.py [--quick] [--json PATH] [--sections task,delta,verify] [--task NAME]
+       [--tasks a,b,c]
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import statistics
 import time
 from pathlib import Path
 
+import real_delta
+import real_verify
 import torch
 from rich.table import Table
 from rollnet.node.cli.context import make_console
@@ -32,12 +37,15 @@ from rollnet.node.rollout.generate import generate
 from rollnet.node.tasks import load_task
 from rollnet.node.tasks.templated import ChatTemplatedTask
 
-CANDIDATES = ("basic_arithmetic", "chain_sum", "leg_counting", "gcd", "letter_counting", "number_sorting",
-              "spell_backward", "word_sorting", "simple_equations", "decimal_arithmetic")
+CANDIDATES = ("gcd:last-number", "chain_sum:last-number", "basic_arithmetic:last-number", "lcm:last-number",
+              "leg_counting:last-number", "decimal_arithmetic:last-number", "gcd:answer-tag", "gcd",
+              "basic_arithmetic", "spell_backward", "letter_counting")
+QUICK_CANDIDATES = ("gcd:last-number", "basic_arithmetic")
+DEFAULT_TASK = "gym:gcd:last-number"  # the task section's choice (BENCHMARKS.md), when the section is not run
+SECTIONS = ("task", "delta", "verify")
 SIGNAL_BAND = (0.1, 0.7)
 FIRST_SEED = 10_000
 BATCH_ROWS = 64
-NOT_BUILT = ["delta", "honest", "detection", "cost"]
 
 
 def measure_task(model, tokenizer, dataset: str, prompts: int, group: int, max_new_tokens: int) -> dict:  # noqa: ANN001
@@ -74,23 +82,9 @@ def choose(rows: list[dict]) -> dict | None:
     return max(inside, key=lambda row: (row["signal_fraction"], -abs(row["mean_reward"] - 0.4)), default=None)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="4 prompts x 2 samples, 48 tokens, 2 tasks")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--tasks", help="comma-separated reasoning-gym datasets (default: the candidates)")
-    parser.add_argument("--prompts", type=int, default=32)
-    parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
-    console = make_console()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+def task_section(model, tokenizer, args: argparse.Namespace, console) -> dict:  # noqa: ANN001
     prompts, group, new_tokens = (4, 2, 48) if args.quick else (args.prompts, args.group, args.max_new_tokens)
-    tasks = args.tasks.split(",") if args.tasks else list(CANDIDATES[:2] if args.quick else CANDIDATES)
-    folder = resolve_model(resolve_data_dir(None), Path(SMOLLM2))
-    model, tokenizer = load_policy(folder)
+    tasks = args.tasks.split(",") if args.tasks else list(QUICK_CANDIDATES if args.quick else CANDIDATES)
     rows = []
     for dataset in tasks:
         console.print(f"sampling gym:{dataset}: {prompts} prompts x {group}, up to {new_tokens} tokens...")
@@ -106,13 +100,54 @@ def main() -> None:
                       f"{row['tokens_per_s']:.0f}")
     console.print(table)
     console.print(f"chosen: {chosen['task'] if chosen else 'none in the band'} (band {SIGNAL_BAND})")
-    report = {"benchmark": "real_model", "quick": args.quick, "model": "SmolLM2-135M-Instruct", "machine": {
-        "cpu": platform.processor() or platform.machine(), "threads": args.threads},
-        "task_choice": rows, "chosen_task": chosen["task"] if chosen else None, "signal_band": SIGNAL_BAND,
-        "not_built": NOT_BUILT}
+    return {"task_choice": rows, "chosen_task": chosen["task"] if chosen else None, "signal_band": SIGNAL_BAND}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few minutes: fewer prompts, tasks, steps, trials")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
+    parser.add_argument("--tasks", help="task section: comma-separated gym datasets[:rule] (default: the candidates)")
+    parser.add_argument("--task", help=f"the task the other sections run (default: the task section's choice, "
+                                       f"else {DEFAULT_TASK})")
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="task section's completion limit")
+    parser.add_argument("--section-tokens", type=int, default=128, help="delta and verify sections' limit")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    sections = args.sections.split(",")
+    if unknown := set(sections) - set(SECTIONS):
+        parser.error(f"unknown sections {', '.join(sorted(unknown))}: choose from {', '.join(SECTIONS)}")
+    console = make_console()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    folder = resolve_model(resolve_data_dir(None), Path(SMOLLM2))
+    model, tokenizer = load_policy(folder)
+    report: dict = {"benchmark": "real_model", "quick": args.quick, "model": "SmolLM2-135M-Instruct",
+                    "sections": sections, "machine": {"cpu": platform.processor() or platform.machine(),
+                                                      "threads": args.threads}}
+    if "task" in sections:
+        report.update(task_section(model, tokenizer, args, console))
+    task_name = args.task or report.get("chosen_task") or DEFAULT_TASK
+    task = ChatTemplatedTask(load_task(task_name), tokenizer)
+    tokens = 48 if args.quick else args.section_tokens
+    report["section_task"], report["section_tokens"] = task_name, tokens
+    if "delta" in sections:
+        console.print(f"delta: real GRPO steps on {task_name}...")
+        report["delta"] = real_delta.delta_section(model, tokenizer, task, quick=args.quick, max_new_tokens=tokens,
+                                                   console=console)
+        console.print(real_delta.delta_table(report["delta"]))
+    if "verify" in sections:
+        console.print(f"verification on {task_name}: honest rollouts, cheats, costs...")
+        verified = real_verify.verify_sections(model, tokenizer, task, quick=args.quick, max_new_tokens=tokens,
+                                               console=console)
+        real_verify.print_tables(verified, console)
+        report.update(verified)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
+        args.json.write_text(json.dumps(real_verify.jsonable(report), indent=2))
         console.print(f"wrote {args.json}")
 
 

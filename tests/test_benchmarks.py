@@ -11,11 +11,13 @@ from pathlib import Path
 from conftest import REPO, needs_real, needs_vllm
 
 
-def run_bench(script: str, tmp_path: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> dict:
+def run_bench(script: str, tmp_path: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = (),
+              timeout: float = 300) -> dict:
     out = tmp_path / f"{script}.json"
     result = subprocess.run([sys.executable, str(REPO / "bench" / f"{script}.py"), "--quick", "--json", str(out),
                              *extra],
-                            capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, **(env or {})})
+                            capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                            env={**os.environ, **(env or {})})
     assert result.returncode == 0, result.stderr
     assert "wrote" in result.stdout
     return json.loads(out.read_text())
@@ -114,11 +116,21 @@ def test_async_throughput_benchmark_quick(tmp_path: Path, model_home: Path) -> N
 
 @needs_real
 def test_real_model_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
-    """SmolLM2's sampled reward per candidate task, with the chat template and its EOS (numbers not asserted)."""
-    report = run_bench("real_model", tmp_path, {"ROLLNET_HOME": str(model_home)})
+    """SmolLM2 end to end in one quick run: sampled reward per candidate task (chat template, EOS, answer
+    rules), real GRPO deltas decoded bit for bit against the baselines, honest and cheating rollouts through
+    the validator's checks, and costs (numbers not asserted)."""
+    report = run_bench("real_model", tmp_path, {"ROLLNET_HOME": str(model_home)}, timeout=900)
     rows = report["task_choice"]
-    assert [row["task"] for row in rows] == ["gym:basic_arithmetic", "gym:chain_sum"]
+    assert [row["task"] for row in rows] == ["gym:gcd:last-number", "gym:basic_arithmetic"]
     for row in rows:
         assert row["samples"] == 8 and 0 <= row["mean_reward"] <= 1
         assert 0 < row["mean_tokens"] <= row["max_tokens"] <= 48
-    assert report["chosen_task"] in {None, *(row["task"] for row in rows)} and "delta" in report["not_built"]
+    assert report["chosen_task"] in {None, *(row["task"] for row in rows)}
+    for row in report["delta"]:
+        assert row["bit_exact"] is True and 0 < row["change_fraction"] < 1
+        assert row["ratio_ours"] > 1 and row["ratio_pulse_style"] > 1 and row["ratio_entropy_bound"] > 1
+    honest = report["honest"]
+    assert honest["rollouts"] > 0 and honest["flagged"] == 0
+    assert report["detection"] and all(row["trials"] > 0 and 0 <= row["flagged"] <= row["trials"]
+                                       for row in report["detection"])
+    assert {row["batch"] for row in report["cost"]} and all(row["generate_s"] > 0 for row in report["cost"])
