@@ -106,8 +106,19 @@ def test_gym_answer_rules_pick_what_the_scorer_sees_and_are_pinned_by_the_task_h
     assert tag.reward(tagged, item.answer) == 0.0
     hashes = {task_config_hash(task) for task in (whole, number, tag)}
     assert len(hashes) == 3 and task_config_hash(load_task("gym:gcd:last-number")) in hashes
-    with pytest.raises(ConfigError, match="unknown answer rule 'first-word'.*whole, last-number, answer-tag"):
-        load_task("gym:gcd:first-word")
+    for rule in ("first-word", "whole", ""):  # the whole completion has one name only: gym:gcd
+        with pytest.raises(ConfigError, match=f"unknown answer rule '{rule}'.*last-number, answer-tag, or gym:gcd "):
+            load_task(f"gym:gcd:{rule}")
+
+
+def test_a_scorer_that_raises_on_a_completion_scores_it_zero() -> None:
+    """Some reasoning-gym scorers parse their input and raise on odd text: a worker's completion must not
+    crash the trainer, a worker or a validator computing its reward; it scores 0 for all of them."""
+    for name, completion in (("gym:boxnet:last-number", "I think the answer is 2."),
+                             ("gym:prime_factorization:last-number", "maybe 2.5"),
+                             ("gym:prime_factorization", "hello")):
+        task = load_task(name)
+        assert task.reward(task.instance(0), completion) == 0.0
 
 
 def test_bad_task_names_and_files_are_clear_errors(tmp_path: Path) -> None:

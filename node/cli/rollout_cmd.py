@@ -29,7 +29,7 @@ ModelOption = typer.Option(None, "--model", help="local Hugging Face model folde
                            "embedded model",
                            **params.INPUT_DIR)
 TaskOption = typer.Option("addition-2digit", "--task",
-                          help="addition-2digit, gym:<dataset>[:whole|last-number|answer-tag] or a .jsonl file")
+                          help="addition-2digit, gym:<dataset>[:last-number|answer-tag] or a .jsonl file")
 
 
 @app.command("generate")
