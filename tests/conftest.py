@@ -67,7 +67,8 @@ def advance_time(client: ChainClient, seconds: int) -> None:
 
 @pytest.fixture(scope="session")
 def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data dir holding the embedded default model, built once per test session (about 40 s)."""
+    """A data dir holding the embedded default model, materialised once per test session from its shipped
+    reference build (seconds)."""
     from rollnet.cli import main
 
     home = tmp_path_factory.mktemp("model-home")

@@ -25,6 +25,10 @@ from rollnet.trainer.trainer import StepReport, Trainer
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 UNLIMITED = 2**62
+# Splitting a batch into micro-batches changes only the order fp32 sums are taken in (kernels block by shape,
+# and differently by instruction set: AVX-512 machines reorder more than AVX2 ones, 1e-6 to 2e-6 relative
+# seen there). A real mistake (a dropped or doubled row, a mis-scaled micro-batch) is off by 1e-2 or more.
+FP32_REORDERING = 1e-5
 
 
 class DigitSumTask(Task):
@@ -197,7 +201,10 @@ def test_verdicts_are_the_same_with_one_row_per_prefill(policy: tuple, rollouts:
     assert len(whole_recorder.shapes) == len(lengths) < len(rollouts)  # the default: one prefill per length
     assert len(single_recorder.shapes) == len(rollouts)
     assert all(shape[0] == 1 for shape in single_recorder.shapes)
-    assert single == whole  # ok, reason, position and max_logprob_error, exactly
+    # the same decisions exactly; the errors behind them up to the order of fp32 sums
+    assert [(v.ok, v.reason, v.position) for v in single] == [(v.ok, v.reason, v.position) for v in whole]
+    for one, batched in zip(single, whole, strict=True):
+        assert one.max_logprob_error == pytest.approx(batched.max_logprob_error, rel=0, abs=FP32_REORDERING)
     assert [v.ok for v in whole].count(False) == 2
     assert "seeded sampler" in whole[4].reason and whole[4].position == 1
     assert "claimed log-prob" in whole[-2].reason and whole[-2].position == 2
@@ -250,10 +257,10 @@ def test_completion_logprobs_match_the_whole_batch_computation(policy: tuple, mo
     assert len(recorder.shapes) == passes if passes else 1 < len(recorder.shapes) < len(prompts)
     assert recorder.largest <= budget or all(shape[0] == 1 for shape in recorder.shapes)
     assert torch.equal(got[1], expected[1])
-    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=1e-6)
+    torch.testing.assert_close(got[0], expected[0], rtol=0, atol=FP32_REORDERING)
     assert (got[0][~got[1]] == 0).all()
     if with_entropy:
-        torch.testing.assert_close(got[2], expected[2], rtol=0, atol=1e-6)
+        torch.testing.assert_close(got[2], expected[2], rtol=0, atol=FP32_REORDERING)
     else:
         assert got[2] is None and expected[2] is None
 
@@ -307,13 +314,14 @@ def test_a_trainer_step_accumulated_over_micro_batches_is_the_whole_minibatch_st
     assert not whole_report.skipped_non_finite and not split_report.skipped_non_finite
     assert whole_report.clipped_fraction > 0 and whole_report.max_ratio > 1  # the second step moved the policy
     for name in ("loss", "clipped_fraction", "mean_ratio", "max_ratio", "grad_norm"):
-        assert getattr(split_report, name) == pytest.approx(getattr(whole_report, name), rel=1e-6, abs=1e-9), name
+        expected = pytest.approx(getattr(whole_report, name), rel=FP32_REORDERING, abs=1e-9)
+        assert getattr(split_report, name) == expected, name
     assert len(whole_grads) == len(split_grads) == 2
     for whole_step, split_step in zip(whole_grads, split_grads, strict=True):
         for index, (a, b) in enumerate(zip(split_step, whole_step, strict=True)):
-            assert relative_difference(a, b) < 1e-6, index  # the same gradient, scale included
+            assert relative_difference(a, b) < FP32_REORDERING, index  # the same gradient, scale included
     for (name, a), b in zip(split.model.named_parameters(), whole.model.parameters(), strict=True):
-        assert relative_difference(a.detach(), b.detach()) < 1e-6, name
+        assert relative_difference(a.detach(), b.detach()) < FP32_REORDERING, name
 
 
 # ---------------------------------------------------------------------------------------------- memory

@@ -30,24 +30,52 @@ def test_model_init_builds_a_loadable_model_that_solves_a_real_fraction(model_ho
     assert 0.05 <= greedy_accuracy(model, tokenizer, task, range(5_000, 5_200)) <= 0.95
 
 
-def test_a_recipe_builds_the_same_weights_every_time(tmp_path: Path) -> None:
+# The bf16 content root of Recipe(max_steps=10) under the builder's pinned arithmetic, as an AVX2 machine and an
+# AVX-512 one (pinned to AVX2) build it; unpinned, the AVX-512 machine built other bits.
+TEN_STEP_ROOT = "a505c0315f59f81104a00531723fdcd580357c4bc27726cc924767a936ae0186"
+
+
+def test_a_recipe_builds_the_same_weights_every_time_on_every_machine(tmp_path: Path) -> None:
     recipe = Recipe(max_steps=10)
     first = load_metadata(build_default_model(tmp_path / "a", recipe))
     second = load_metadata(build_default_model(tmp_path / "b", recipe))
     assert first["steps"] == second["steps"] == 10
-    assert first["bf16_content_root"] == second["bf16_content_root"]
+    assert first["bf16_content_root"] == second["bf16_content_root"] == TEN_STEP_ROOT
 
 
 def test_the_default_build_has_the_pinned_root(model_home: Path) -> None:
-    """The embedded model is the same bits on every machine with the pinned packages: the root a job spec
-    pins for it on chain. (A machine whose arithmetic differs is told so at build time, and fetches the
-    model from peers instead: see test_late_join.)"""
+    """The embedded model is the same bits on every machine: its shipped reference build, checked against the
+    root a job spec pins for it on chain (and rebuilt bit for bit by `model init --rebuild` under the pinned
+    arithmetic; a machine that still builds other bits is told so, and fetches the model from peers instead:
+    see test_late_join)."""
     from rollnet.node.model.identity import folder_model_files_hash
     from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_ROOT
 
     (folder,) = (model_home / "models").glob("addition-2digit-*")
     assert load_metadata(folder)["bf16_content_root"] == EMBEDDED_ROOT
     assert folder_model_files_hash(folder).hex() == EMBEDDED_FILES_HASH
+
+
+def test_damaged_reference_weights_are_refused_with_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture) -> None:
+    """A reference file whose tensors were altered (a damaged or tampered install) never becomes the job's base
+    model: `model init` names the root it found and writes no model folder."""
+    from safetensors.torch import load_file, save_file
+
+    from rollnet.node.model import builder
+
+    state = load_file(builder.REFERENCE_WEIGHTS)
+    name = next(iter(state))
+    state[name] = state[name].clone()
+    state[name].view(-1)[0] += 0.5
+    damaged = tmp_path / "damaged.safetensors"
+    save_file(state, damaged)
+    monkeypatch.setattr(builder, "REFERENCE_WEIGHTS", damaged)
+    capsys.readouterr()
+    assert main(["--data-dir", str(tmp_path / "home"), "model", "init"]) != 0
+    err = capsys.readouterr().err
+    assert "reference weights have content root" in err and "reinstall rollnet" in err and "Traceback" not in err
+    assert not list((tmp_path / "home" / "models").glob("addition-2digit-*"))
 
 
 def test_model_identity_prints_what_a_spec_pins(model_home: Path, capsys: pytest.CaptureFixture) -> None:

@@ -30,6 +30,9 @@ def test_wheel_contains_every_module(tmp_path: Path) -> None:
     assert len(expected) > 20
     missing = sorted(expected - names)
     assert not missing, f"modules missing from the wheel: {missing}"
+    # the embedded model's reference build, which `model init` materialises
+    assert {"rollnet/node/model/reference/addition-2digit.safetensors",
+            "rollnet/node/model/reference/addition-2digit.json"} <= names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "rollnet = rollnet.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

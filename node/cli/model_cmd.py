@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 from rollnet.node.cli import params
 from rollnet.node.cli.context import console, get_context
-from rollnet.node.model.builder import METADATA, Recipe, build_default_model, load_metadata
+from rollnet.node.model.builder import METADATA, Recipe, build_default_model, load_metadata, model_folder
 from rollnet.node.model.loading import resolve_model
 from rollnet.node.model.smollm2 import materialize_smollm2
 from rollnet.node.tasks import load_task
@@ -27,20 +27,25 @@ def init(
     ctx: typer.Context,
     task: str = typer.Option("addition-2digit", "--task", help="task the warm-up trains on"),
     seed: int = typer.Option(0, "--seed"),
-    force: bool = typer.Option(False, "--force", help="rebuild even if cached"),
+    force: bool = typer.Option(False, "--force", help="make it again even if cached"),
+    rebuild: bool = typer.Option(False, "--rebuild", help="train the default recipe from scratch instead of "
+                                 "using its shipped reference build (about three minutes on 2 cores)"),
 ) -> None:
-    """Build the default model (about a minute on 2 cores) or reuse the cached one; print its folder."""
+    """Make the default model (the shipped reference build for the default task, else a warm-up of about three
+    minutes on 2 cores) or reuse the cached one; print its folder."""
     load_task(task)  # an unknown task is a clear error before any work
     recipe = Recipe(task=task, seed=seed)
     cache = get_context(ctx).data_dir / "models"
-    candidate = cache / f"{task.replace('/', '_').replace(':', '_')}-{recipe.key()}"
-    cached = (candidate / METADATA).exists() and not force
-    if not cached:
-        console.print(f"building the default model for {task} (about a minute)...")
+    candidate = model_folder(cache, recipe)
+    cached = (candidate / METADATA).exists() and not (force or rebuild)
+    trains = not cached and (rebuild or recipe != Recipe())
+    if trains:
+        console.print(f"building the default model for {task} (about three minutes)...")
         logging.getLogger("rollnet.node.model.builder").setLevel(logging.INFO)
-    folder = build_default_model(cache, recipe, force=force)
+    folder = build_default_model(cache, recipe, force=force or rebuild, rebuild=rebuild)
     metadata = load_metadata(folder)
-    console.print(f"{'cached' if cached else 'built'} model: {folder}")
+    made = "cached model" if cached else "built model" if trains else "model (the default recipe's reference build)"
+    console.print(f"{made}: {folder}")
     console.print(f"held-out greedy accuracy {metadata['held_out_greedy_accuracy']:.2f} after {metadata['steps']} "
                   f"warm-up steps; bf16 content root {metadata['bf16_content_root'][:16]}...")
 

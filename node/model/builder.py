@@ -5,7 +5,14 @@ recipe's hash, so a second `rollnet model init` reuses it; training stops as soo
 held-out tasks reaches the target (so RL starts with signal but room to improve), or after `max_steps`:
 work is bounded by steps, never by seconds, so a loaded machine builds the same weights as a quiet one,
 only later; the result is an ordinary Hugging Face model folder plus `rollnet-model.json` describing the
-build, whose bf16 content root for the default recipe is EMBEDDED_ROOT (a build that differs says so).
+build.
+
+Floating-point training is only bit-reproducible under one arithmetic: the kernels torch, MKL and oneDNN
+pick differ by instruction set (an AVX-512 machine's fp32 sums round differently from an AVX2 one's), and
+intra-op splits differ by thread count. So every warm-up runs in a child process pinned to the AVX2 kernels
+and `BUILD_THREADS` threads (`PINNED_ARITHMETIC`), and the default recipe is not trained at all unless asked
+(`rebuild`): its reference build ships with rollnet (`reference/`) and is materialised after its bf16 content
+root is checked against EMBEDDED_ROOT, so every machine starts the job from the same bits.
 """
 
 from __future__ import annotations
@@ -15,12 +22,15 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from rollnet.node.delta import content_root
+from rollnet.node.errors import ConfigError
 from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.model.pinned import EMBEDDED_ROOT, EMBEDDED_TASK
 from rollnet.node.model.tokenizer import build_char_tokenizer
@@ -29,7 +39,15 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 RECIPE_VERSION = 2
 METADATA = "rollnet-model.json"
-log = logging.getLogger(__name__)
+REFERENCE = Path(__file__).with_name("reference")  # the default recipe's reference build
+REFERENCE_WEIGHTS = REFERENCE / "addition-2digit.safetensors"
+REFERENCE_METADATA = REFERENCE / "addition-2digit.json"
+# The arithmetic every warm-up runs under, whatever the CPU: AVX2 kernels in ATen, MKL and oneDNN (an AVX-512
+# machine pinned so builds what an AVX2 one does), and a fixed intra-op thread count.
+BUILD_THREADS = 2
+PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
+                     "OMP_NUM_THREADS": str(BUILD_THREADS), "MKL_NUM_THREADS": str(BUILD_THREADS)}
+log = logging.getLogger("rollnet.node.model.builder")  # the same name in the pinned child
 
 
 @dataclass(frozen=True)
@@ -100,20 +118,32 @@ def model_folder(cache: Path, recipe: Recipe = Recipe()) -> Path:
     return cache / f"{recipe.task.replace('/', '_').replace(':', '_')}-{recipe.key()}"
 
 
-def build_default_model(cache: Path, recipe: Recipe = Recipe(), force: bool = False) -> Path:
-    """The model folder for `recipe` under `cache`, built (about a minute on 2 cores) if missing."""
+def build_default_model(cache: Path, recipe: Recipe = Recipe(), force: bool = False,
+                        rebuild: bool = False) -> Path:
+    """The model folder for `recipe` under `cache`, made if missing (or `force`d): the default recipe from its
+    shipped reference build unless `rebuild`, any other recipe (or a rebuild) by a warm-up under the pinned
+    arithmetic (about three minutes on 2 cores for the default recipe)."""
     folder = model_folder(cache, recipe)
     if (folder / METADATA).exists() and not force:
         return folder
-    threads = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)  # a one-off build may use every core
-    try:
-        return _build(folder, recipe)
-    finally:
-        torch.set_num_threads(threads)
+    if recipe == Recipe() and not rebuild:
+        return _materialize_reference(folder)
+    load_task(recipe.task)  # an unknown task is the caller's clear error, not a child's traceback
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    child = subprocess.run([sys.executable, "-m", "rollnet.node.model.builder", str(folder),
+                            json.dumps(asdict(recipe))], env={**os.environ, **PINNED_ARITHMETIC}, check=False)
+    if child.returncode != 0 or not (folder / METADATA).is_file():
+        raise ConfigError(f"building the model for {recipe.task} failed (exit {child.returncode}); "
+                          "its log is above")
+    if recipe == Recipe() and (built := load_metadata(folder)["bf16_content_root"]) != EMBEDDED_ROOT:
+        log.warning("this machine rebuilt the embedded model with content root %s…, not the reference build's "
+                    "%s…: its rollouts will not match a job's base model (different package versions?)",
+                    built[:16], EMBEDDED_ROOT[:16])
+    return folder
 
 
-def _build(folder: Path, recipe: Recipe) -> Path:
+def _skeleton(recipe: Recipe) -> tuple[Task, PreTrainedTokenizerFast, Qwen2ForCausalLM]:
+    """The recipe's task, tokenizer and freshly initialised model (seeded by the recipe)."""
     torch.manual_seed(recipe.seed)
     task = load_task(recipe.task)
     tokenizer = build_char_tokenizer(_alphabet(task))
@@ -123,7 +153,36 @@ def _build(folder: Path, recipe: Recipe) -> Path:
         max_position_embeddings=256, tie_word_embeddings=True, bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
-    model = Qwen2ForCausalLM(config)
+    return task, tokenizer, Qwen2ForCausalLM(config)
+
+
+def _materialize_reference(folder: Path) -> Path:
+    """Write the default recipe's folder from the shipped reference weights, refusing weights whose bf16
+    content root is not EMBEDDED_ROOT (a damaged install)."""
+    from safetensors.torch import load_file
+
+    _, tokenizer, model = _skeleton(Recipe())
+    try:
+        state = load_file(REFERENCE_WEIGHTS)
+        metadata = json.loads(REFERENCE_METADATA.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"the embedded model's reference build is unreadable ({error}): reinstall rollnet, "
+                          "or run `rollnet model init --rebuild`") from error
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise ConfigError(f"the embedded model's reference weights do not fit its config (missing {missing}, "
+                          f"unexpected {unexpected}): reinstall rollnet")
+    model.tie_weights()
+    root = content_root({name: tensor.to(torch.bfloat16) for name, tensor in model.state_dict().items()}).hex()
+    if root != EMBEDDED_ROOT or metadata.get("bf16_content_root") != EMBEDDED_ROOT:
+        raise ConfigError(f"the embedded model's reference weights have content root {root[:16]}…, not the "
+                          f"pinned {EMBEDDED_ROOT[:16]}…: reinstall rollnet")
+    return _save(folder, model, tokenizer, {**metadata, "source": "reference build"})
+
+
+def _build(folder: Path, recipe: Recipe) -> Path:
+    """The warm-up itself (run by the child process `build_default_model` starts)."""
+    task, tokenizer, model = _skeleton(recipe)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
     held_out = range(10**9, 10**9 + 200)
     started, step, accuracy = time.monotonic(), 0, 0.0
@@ -141,20 +200,20 @@ def _build(folder: Path, recipe: Recipe) -> Path:
                 break
     if step % 50:  # stopped by the step bound between evaluations: measure the weights being saved
         accuracy = greedy_accuracy(model, tokenizer, task, held_out)
+    weights = {name: tensor.to(torch.bfloat16) for name, tensor in model.state_dict().items()}
+    return _save(folder, model, tokenizer, {
+        "recipe": asdict(recipe), "steps": step, "seconds": round(time.monotonic() - started, 1),
+        "held_out_greedy_accuracy": accuracy, "bf16_content_root": content_root(weights).hex(),
+    })
+
+
+def _save(folder: Path, model: Qwen2ForCausalLM, tokenizer: PreTrainedTokenizerFast, metadata: dict) -> Path:
+    """Write the model folder atomically: a reader sees a whole folder with its metadata, or none."""
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    weights = {name: tensor.to(torch.bfloat16) for name, tensor in model.state_dict().items()}
-    metadata = {
-        "recipe": asdict(recipe), "steps": step, "seconds": round(time.monotonic() - started, 1),
-        "held_out_greedy_accuracy": accuracy, "bf16_content_root": content_root(weights).hex(),
-    }
     (tmp / METADATA).write_text(json.dumps(metadata, indent=2))
-    if recipe == Recipe() and metadata["bf16_content_root"] != EMBEDDED_ROOT:
-        log.warning("this machine built the embedded model with content root %s, not the %s… every other "
-                    "machine builds: its rollouts will not match the job's base model (different hardware "
-                    "arithmetic or package versions?)", metadata["bf16_content_root"][:16], EMBEDDED_ROOT[:16])
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
     return folder
@@ -162,3 +221,19 @@ def _build(folder: Path, recipe: Recipe) -> Path:
 
 def load_metadata(folder: Path) -> dict:
     return json.loads((folder / METADATA).read_text())
+
+
+def _child_main(folder: str, recipe_json: str) -> int:
+    """Entry point of the pinned child: build `recipe_json` into `folder` under the pinned arithmetic."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(BUILD_THREADS)
+    try:
+        _build(Path(folder), Recipe(**json.loads(recipe_json)))
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(*sys.argv[1:]))
