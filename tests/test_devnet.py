@@ -295,10 +295,46 @@ def test_ctrl_c_stops_every_process_and_keeps_the_run_directory(tmp_path: Path, 
         assert (out / person / "events.jsonl").exists()
 
 
-def test_the_devnet_refuses_a_model_it_cannot_run_in_one_line(tmp_path: Path) -> None:
-    """The devnet's job is the embedded recipe: a folder rollnet did not build (a preset name, a real
-    checkpoint) is refused before any chain starts, never a FileNotFoundError from its metadata."""
-    from rollnet.node.errors import ConfigError
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--model", "{tmp}/checkpoint"], "takes a folder `rollnet model init` built (the embedded model) or a preset"),
+    (["--task", "gym:gcd:last-number"], "the embedded model is built for addition-2digit"),
+    (["--model", "smollm2", "--task", "gym:no-such-dataset"], "reasoning-gym has no dataset"),
+])
+def test_the_devnet_refuses_a_model_or_task_it_cannot_run_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture, flags: list[str], message: str) -> None:
+    """A folder rollnet did not build, a task the embedded model is not built for, or an unknown task is one
+    line before any chain or process starts (no run directory is written), never a traceback."""
+    from rollnet.cli import main
 
-    with pytest.raises(ConfigError, match="not supported by the devnet yet"):
-        DevnetConfig(out=tmp_path / "run", model=tmp_path / "smollm2").check()
+    (tmp_path / "checkpoint").mkdir()
+    out = tmp_path / "run"
+    argv = ["devnet", "--out", str(out), "--no-live", *(f.format(tmp=tmp_path) for f in flags)]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_real_model_devnet_asks_the_chain_for_the_preset_and_its_recipe(anvil: object, market: object,
+                                                                           tmp_path: Path) -> None:
+    """`rollnet devnet --model smollm2` creates a job whose on-chain recipe names the preset (its root and files
+    hash pinned by rollnet), the chosen task, completions of up to 128 tokens that stop at EOS, and the chat
+    template: what every worker, validator and the trainer then read from the chain."""
+    from rollnet.node.chain.client import ChainClient
+    from rollnet.node.chain.job import JobClient
+    from rollnet.node.keys import dev_account
+    from rollnet.node.model.pinned import PRESETS, SMOLLM2
+
+    config = DevnetConfig.real_model(tmp_path / "run", SMOLLM2, "gym:gcd:last-number")
+    config.check()
+    assert (config.workers, config.validators, config.steps) == (2, 2, 5)
+    net = Devnet(config, deployment=market)
+    requester = ChainClient(anvil.url, dev_account(0))
+    job = JobClient(requester, net._create_job(requester))
+    recipe = job.spec().recipe
+    assert (recipe.model_name, recipe.task_name) == (SMOLLM2, "gym:gcd:last-number")
+    assert (recipe.max_new_tokens, recipe.chat_template, recipe.stop_on_eos) == (128, True, True)
+    assert recipe.group_size == 4 and job.spec().tasks_per_lease == 4
+    assert recipe.model_root == "0x" + PRESETS[SMOLLM2].root
+    assert recipe.model_files_hash == "0x" + PRESETS[SMOLLM2].files_hash
+    assert job.policy_root(0).hex() == PRESETS[SMOLLM2].root

@@ -60,9 +60,8 @@ def test_damaged_reference_weights_are_refused_with_a_clear_error(tmp_path: Path
                                                                  capsys: pytest.CaptureFixture) -> None:
     """A reference file whose tensors were altered (a damaged or tampered install) never becomes the job's base
     model: `model init` names the root it found and writes no model folder."""
-    from safetensors.torch import load_file, save_file
-
     from rollnet.node.model import builder
+    from safetensors.torch import load_file, save_file
 
     state = load_file(builder.REFERENCE_WEIGHTS)
     name = next(iter(state))

@@ -38,7 +38,7 @@ from rollnet.node.recipe import recipe_task
 from rollnet.node.tasks import load_task
 from rollnet.trainer.config import GRPOConfig
 from rollnet.trainer.export import export_version, record_run
-from rollnet.trainer.local import LocalRun
+from rollnet.trainer.local import HELD_OUT_PROMPTS, LocalRun, held_out_accuracy
 from rollnet.trainer.market import MarketTrainer
 from rollnet.trainer.trainer import Trainer
 
@@ -72,6 +72,8 @@ def run(
     listen: str = typer.Option("/ip4/127.0.0.1/tcp/0", "--listen", help="libp2p listen multiaddr (with --job)",
                                **params.MULTIADDR),
     held_out_every: int = typer.Option(10, "--held-out-every", min=1, help="versions between held-out evaluations"),
+    held_out_prompts: int = typer.Option(HELD_OUT_PROMPTS, "--held-out-prompts", min=1,
+                                         help="held-out tasks each evaluation decodes greedily"),
     advertise: str = typer.Option(None, "--advertise", help="multiaddr peers dial (default: the listen address)",
                                   **params.MULTIADDR),
     addr_file: Path = typer.Option(None, "--addr-file", help="also write the dialable address here (with --job)",
@@ -107,12 +109,13 @@ def run(
     record_run(folder, signer.address, model_files(policy, tokenizer), loaded_model_files_hash(policy, tokenizer))
     trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer)
     if market_job is not None:
-        market_run(cli, trainer, market_job, folder, listen, steps, held_out_every, advertise, addr_file)
+        market_run(cli, trainer, market_job, folder, listen, steps, held_out_every, advertise, addr_file,
+                   held_out_prompts=held_out_prompts)
         return
     local = LocalRun(trainer, lag=lag, seed=seed + trainer.version)
     if trainer.version:
         console.print(f"resumed at version {trainer.version} from {folder}")
-    base = local.held_out_accuracy()
+    base = held_out_accuracy(trainer, held_out_prompts)
     table = Table(title=f"GRPO, lag {lag}, max staleness {config.max_staleness}, ε {config.epsilon}, "
                         f"δ {config.delta or 'off'}")
     for column in ("version", "sampled reward", "loss", "clipped", "max ratio", "g", "delta bytes", "s"):
@@ -129,7 +132,7 @@ def run(
                           f"{report.clipped_fraction:.1%}", f"{report.max_ratio:.2f}",
                           ",".join(map(str, sorted(set(report.staleness)))), f"{delta_bytes or 0:,}",
                           f"{report.seconds:.2f}")
-    final = local.held_out_accuracy()
+    final = held_out_accuracy(trainer, held_out_prompts)
     console.print(table)
     counts = local.buffer.counts
     summary = {
@@ -185,7 +188,8 @@ def connect_job(cli: CliContext, signer: LocalAccount, job: str) -> JobClient:
 
 
 def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder: Path, listen: str, steps: int,
-               held_out_every: int, advertise: str | None = None, addr_file: Path | None = None) -> None:
+               held_out_every: int, advertise: str | None = None, addr_file: Path | None = None, *,
+               held_out_prompts: int = HELD_OUT_PROMPTS) -> None:
     """Train on a job's validated rollouts until `steps` versions exist; resumable like the local run."""
     registry = RegistryClient(job_client.client, cli.deployment().registry)
     events = EventLog(cli.data_dir)
@@ -199,7 +203,8 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
         for path in filter(None, (cli.data_dir / "p2p-addr", addr_file)):
             path.write_text(address + "\n")
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),
-                               p2p_fetcher(node, registry), events, held_out_every=held_out_every)
+                               p2p_fetcher(node, registry), events, held_out_every=held_out_every,
+                               held_out_prompts=held_out_prompts)
         console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "
                       f"peer {address}")
         base = market.held_out()

@@ -19,7 +19,16 @@ from rollnet.node.rollout.generate import generate
 from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.trainer import StepReport, Trainer, bf16_policy
 
-HELD_OUT = range(10**9, 10**9 + 200)  # the default model's held-out set (never a training seed)
+HELD_OUT_PROMPTS = 200  # the held-out set's default size: tasks 10**9, 10**9 + 1, … (never training seeds)
+
+
+def held_out_accuracy(trainer: Trainer, prompts: int = HELD_OUT_PROMPTS) -> float:
+    """Greedy accuracy of the trainer's current policy on the first `prompts` held-out tasks, each completion
+    as long as the recipe allows (the policy is left in training mode)."""
+    accuracy = greedy_accuracy(trainer.model, trainer.tokenizer, trainer.task, range(10**9, 10**9 + prompts),
+                               max_new_tokens=trainer.config.max_new_tokens)
+    trainer.model.train()
+    return accuracy
 
 
 @dataclass
@@ -64,7 +73,4 @@ class LocalRun:
         return LocalStep(report, sampled_reward, len(rollouts))
 
     def held_out_accuracy(self) -> float:
-        model = self.trainer.model
-        accuracy = greedy_accuracy(model, self.trainer.tokenizer, self.trainer.task, HELD_OUT)
-        model.train()
-        return accuracy
+        return held_out_accuracy(self.trainer)

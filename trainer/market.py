@@ -24,7 +24,6 @@ from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import final_outcome
 from rollnet.node.ledger import Pending, SubmissionLedger
-from rollnet.node.model.builder import greedy_accuracy
 from rollnet.node.model.identity import loaded_model_files_hash
 from rollnet.node.p2p.authorize import JobAuthorizer
 from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
@@ -34,7 +33,7 @@ from rollnet.node.rollout.submission import SubmissionError, parse_submission
 from rollnet.node.verdicts import ChainCommittee, VerdictBook
 from rollnet.trainer.admission import admit_submission
 from rollnet.trainer.buffer import RolloutBuffer
-from rollnet.trainer.local import HELD_OUT
+from rollnet.trainer.local import HELD_OUT_PROMPTS, held_out_accuracy
 from rollnet.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ class MarketCounts:
 class MarketTrainer:
     def __init__(self, trainer: Trainer, job: JobClient, registry: RegistryClient, node: P2PNode,
                  ledger: SubmissionLedger, fetch: Fetcher, events: EventLog, *, held_out_every: int = 10,
-                 reannounce_s: float = 2.0, recent_versions: int = 8):
+                 held_out_prompts: int = HELD_OUT_PROMPTS, reannounce_s: float = 2.0, recent_versions: int = 8):
         self.trainer = trainer
         self.job = job
         self.registry = registry
@@ -66,6 +65,7 @@ class MarketTrainer:
         self.fetch = fetch
         self.events = events
         self.held_out_every = held_out_every
+        self.held_out_prompts = held_out_prompts
         self.reannounce_s = reannounce_s
         spec = job.spec()
         self.spec = spec
@@ -218,9 +218,7 @@ class MarketTrainer:
     # ------------------------------------------------------------------ training
 
     def held_out(self) -> float:
-        model = self.trainer.model
-        accuracy = greedy_accuracy(model, self.trainer.tokenizer, self.trainer.task, HELD_OUT)
-        model.train()
+        accuracy = held_out_accuracy(self.trainer, self.held_out_prompts)
         self.events.emit("held_out", version=self.trainer.version, accuracy=accuracy)
         return accuracy
 

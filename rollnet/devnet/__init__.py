@@ -30,6 +30,7 @@ from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import Keeper
 from rollnet.node.model.loading import load_policy
+from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_TASK, PRESETS
 from rollnet.trainer.export import export_version
 
 __all__ = ["Devnet", "DevnetConfig", "devnet", "finish_run", "run_devnet"]
@@ -109,7 +110,9 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
     gas = gas_by_call(job.client, addresses, net.deployment.deployed_at_block)
     params = sum(p.numel() for p in load_policy(net.model)[0].parameters())
     config = net.config
-    run = {"workers": config.workers, "validators": config.validators, "steps": config.steps, "lr": config.lr,
+    run = {"model": config.preset or EMBEDDED_MODEL, "task": config.task, "max_new_tokens": config.max_new_tokens,
+           "prompts_per_step": config.prompts_per_step, "held_out_prompts": config.held_out_prompts,
+           "workers": config.workers, "validators": config.validators, "steps": config.steps, "lr": config.lr,
            "backend": config.backend,
            "max_undecided": config.max_undecided, "group_size": config.group_size,
            "cheater": config.cheater, "max_staleness": config.max_staleness, "job": net.job,
@@ -139,7 +142,12 @@ def export_final(net: Devnet, job: JobClient, console: Console) -> dict:
     return {"version": version, "folder": str(out), "root": exported.root.hex()}
 
 
+REAL_MODEL_TASK = "gym:gcd:last-number"  # SmolLM2's sampled reward 0.11, half its groups with spread (BENCHMARKS.md)
+REAL_MODEL_TIMEOUT_S = 5400.0
+
+
 def run_devnet(config: DevnetConfig, console: Console, live: bool = True, timeout_s: float = 1200.0) -> dict:
+    config.check()  # a bad flag is one line before anything starts
     net = Devnet(config)
     try:
         console.print(f"[bold]devnet[/] in {config.out}: starting chain, contracts, job and "
@@ -167,17 +175,23 @@ def _terminate_as_interrupt(signum: int, frame: object) -> None:
 
 def devnet(
     out: Path = typer.Option(None, "--out", help="run directory, kept afterwards (default runs/devnet-<time>)"),
-    workers: int = typer.Option(3, "--workers", min=1),
-    validators: int = typer.Option(2, "--validators", min=1),
-    steps: int = typer.Option(40, "--steps", min=1, help="policy versions to train"),
-    max_staleness: int = typer.Option(4, "--max-staleness", min=0, help="the staleness budget"),
+    workers: int = typer.Option(None, "--workers", min=1, help="default 3; 2 on a real model"),
+    validators: int = typer.Option(None, "--validators", min=1, help="default 2"),
+    steps: int = typer.Option(None, "--steps", min=1, help="policy versions to train (default 40; 5 on a real model)"),
+    max_staleness: int = typer.Option(None, "--max-staleness", min=0,
+                                      help="the staleness budget (default 4; 2 on a real model)"),
     cheater: str = typer.Option(None, "--cheater", help=f"add a worker that cheats: {', '.join(CHEAT_MODES)}"),
-    lr: float = typer.Option(2e-5, "--lr"),
-    max_undecided: int = typer.Option(1, "--max-undecided", min=1,
+    lr: float = typer.Option(None, "--lr", help="default 2e-5; 3e-6 on a real model"),
+    max_undecided: int = typer.Option(None, "--max-undecided", min=1,
                                       help="batches a worker keeps waiting for validators (back-pressure)"),
-    held_out_every: int = typer.Option(10, "--held-out-every", min=1, help="versions between held-out evaluations"),
-    model: Path = typer.Option(None, "--model", help="base model folder (default: the embedded model)"),
-    backend: str = typer.Option("transformers", "--backend", help="the workers' rollout backend: transformers or vllm"),
+    held_out_every: int = typer.Option(None, "--held-out-every", min=1,
+                                       help="versions between held-out evaluations (default 10; a real model: only "
+                                       "the first and the last)"),
+    model: str = typer.Option(None, "--model", help=f"base model: a folder `rollnet model init` made, or a preset "
+                              f"({', '.join(PRESETS)}); default: the embedded model"),
+    task: str = typer.Option(None, "--task", help=f"the job's task (default {EMBEDDED_TASK}; a real model: "
+                             f"{REAL_MODEL_TASK})"),
+    backend: str = typer.Option(None, "--backend", help="the workers' rollout backend: transformers or vllm"),
     live: bool = typer.Option(True, "--live/--no-live", help="redraw a live view (else a line every 15 s)"),
 ) -> None:
     """Run a whole market locally: chain, contracts, a job, a trainer, workers and validators as processes."""
@@ -185,8 +199,15 @@ def devnet(
     if out.exists() and any(out.iterdir()):
         raise RollnetError(f"{out} is not empty: pick another --out or remove it (runs are kept for inspection)")
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # `kill`/`docker stop` clean up like Ctrl-C
-    config = DevnetConfig(out=out, workers=workers, validators=validators, steps=steps, max_staleness=max_staleness,
-                          cheater=cheater, lr=lr, model=model, max_undecided=max_undecided,
-                          held_out_every=held_out_every, backend=backend)
+    given = {"workers": workers, "validators": validators, "steps": steps, "max_staleness": max_staleness,
+             "cheater": cheater, "lr": lr, "max_undecided": max_undecided, "held_out_every": held_out_every,
+             "backend": backend}
+    chosen = {name: value for name, value in given.items() if value is not None}
+    if model in PRESETS:
+        config = DevnetConfig.real_model(out, model, task or REAL_MODEL_TASK, **chosen)
+        timeout_s = REAL_MODEL_TIMEOUT_S
+    else:
+        config = DevnetConfig(out=out, model=Path(model) if model else None, task=task or EMBEDDED_TASK, **chosen)
+        timeout_s = 1200.0
     console = make_console()
-    run_devnet(config, console, live=live and console.is_terminal)
+    run_devnet(config, console, live=live and console.is_terminal, timeout_s=timeout_s)

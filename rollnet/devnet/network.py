@@ -29,10 +29,14 @@ from rollnet.node.errors import ConfigError, RollnetError
 from rollnet.node.keys import dev_account
 from rollnet.node.model.builder import METADATA, build_default_model, load_metadata
 from rollnet.node.model.identity import folder_model_files_hash
+from rollnet.node.model.loading import PRESET_BUILDERS
+from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_TASK, PRESETS
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.rollout.backend import BACKENDS, require_vllm
 from rollnet.node.spec import JobSpecFile
+from rollnet.node.tasks import load_task
 from rollnet.node.units import WEI_PER_ETH as ETH
+from rollnet.trainer.local import HELD_OUT_PROMPTS
 
 REQUESTER, TRAINER, FIRST_NODE = 0, 1, 2
 WORKER_NICENESS = 10
@@ -61,8 +65,25 @@ class DevnetConfig:
     appeal_seconds: int = 60  # the factory's shortest window
     held_out_every: int = 10
     max_undecided: int = 1
-    model: Path | None = None
+    model: Path | None = None  # a folder `rollnet model init` made (default: the embedded model)
     backend: str = "transformers"  # the honest workers' rollout backend (the cheater's is transformers)
+    preset: str | None = None  # a real model rollnet converts itself (model.pinned.PRESETS), instead of `model`
+    task: str = EMBEDDED_TASK
+    max_new_tokens: int = 6
+    chat_template: bool = False
+    held_out_prompts: int = HELD_OUT_PROMPTS
+
+    @classmethod
+    def real_model(cls, out: Path, preset: str, task: str, **overrides: object) -> DevnetConfig:
+        """A run on a real model sized for two cores: short GRPO steps (4 prompts × 4 samples of up to 128
+        tokens, one lease each), lr 3e-6, leases and votes that outlast CPU generation and verification, and
+        a 32-task held-out set evaluated at the start and the end."""
+        defaults: dict[str, object] = {
+            "workers": 2, "validators": 2, "steps": 5, "max_staleness": 2, "worker_delays": (0.0, 0.0),
+            "prompts_per_step": 4, "tasks_per_lease": 4, "group_size": 4, "lr": 3e-6, "lease_seconds": 1800,
+            "vote_seconds": 1800, "held_out_every": 1000, "max_new_tokens": 128, "chat_template": True,
+            "held_out_prompts": 32}
+        return cls(out=out, preset=preset, task=task, **{**defaults, **overrides})  # type: ignore[arg-type]
 
     def check(self) -> None:
         if self.workers < 1 or self.validators < 1:
@@ -77,10 +98,15 @@ class DevnetConfig:
             raise ConfigError(f"unknown cheater mode {self.cheater!r}: one of {', '.join(CHEAT_MODES)}")
         if self.steps < 1:
             raise ConfigError("--steps must be at least 1")
-        if self.model is not None and not (self.model / METADATA).is_file():
-            raise ConfigError(f"--model {self.model}: the devnet runs the embedded model's recipe (addition-2digit) "
-                              "and takes only a folder `rollnet model init` built; other models (smollm2) are not "
-                              "supported by the devnet yet")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ConfigError(f"unknown model preset {self.preset!r}: one of {', '.join(PRESETS)}")
+        if self.preset is None and self.model is not None and not (self.model / METADATA).is_file():
+            raise ConfigError(f"--model {self.model}: the devnet takes a folder `rollnet model init` built (the "
+                              f"embedded model) or a preset ({', '.join(PRESETS)})")
+        if self.preset is None and self.task != EMBEDDED_TASK:
+            raise ConfigError(f"--task {self.task}: the embedded model is built for {EMBEDDED_TASK}; other tasks "
+                              f"need a real model (--model {', '.join(PRESETS)})")
+        load_task(self.task)  # an unknown task is a clear error before anything starts
 
     @property
     def committee_size(self) -> int:
@@ -131,7 +157,11 @@ class Devnet:
         config.check()
         config.out.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
-        self.model = config.model or build_default_model(resolve_data_dir(None) / "models")
+        models = resolve_data_dir(None) / "models"
+        if config.preset is not None:
+            self.model = PRESET_BUILDERS[config.preset](models)
+        else:
+            self.model = config.model or build_default_model(models)
         self.anvil = start_anvil(log_path=config.out / "anvil.log",
                                  extra_args=["--dump-state", str(config.out / "anvil-state.json")])
         requester = ChainClient(self.anvil.url, dev_account(REQUESTER))
@@ -157,10 +187,14 @@ class Devnet:
 
     def _create_job(self, requester: ChainClient) -> str:
         config = self.config
-        root = load_metadata(self.model)["bf16_content_root"]
+        if config.preset is not None:  # rollnet pins the preset's root and files hash itself
+            pinned: dict[str, str | None] = {"model": config.preset, "model_root": None, "model_files_hash": None}
+        else:
+            pinned = {"model": EMBEDDED_MODEL, "model_root": "0x" + load_metadata(self.model)["bf16_content_root"],
+                      "model_files_hash": "0x" + folder_model_files_hash(self.model).hex()}
         spec = JobSpecFile(
-            model="embedded", model_root="0x" + root, model_files_hash="0x" + folder_model_files_hash(self.model).hex(),
-            task="addition-2digit", trainer=dev_account(TRAINER).address,
+            **pinned, task=config.task, trainer=dev_account(TRAINER).address,
+            max_new_tokens=config.max_new_tokens, chat_template=config.chat_template,
             group_size=config.group_size, tasks_per_lease=config.tasks_per_lease,
             max_staleness=config.max_staleness, committee_size=config.committee_size, appeal_rounds=1,
             clip_epsilon=0.2, clip_delta=4.0, lease_seconds=config.lease_seconds, vote_seconds=config.vote_seconds,
@@ -182,7 +216,7 @@ class Devnet:
         add("trainer", "trainer", TRAINER,
             ["trainer", "run", *common, "--steps", str(config.steps), "--run-dir", str(out / "trainer"),
              "--prompts-per-step", str(config.prompts_per_step), "--lr", str(config.lr),
-             "--held-out-every", str(config.held_out_every)])
+             "--held-out-every", str(config.held_out_every), "--held-out-prompts", str(config.held_out_prompts)])
         account = FIRST_NODE
         for i in range(config.workers):
             delay = config.worker_delays[i] if i < len(config.worker_delays) else 0.0
