@@ -796,17 +796,21 @@ def margins(honest: dict, rows: list[dict], previous_kl: float | None) -> dict:
 
 def verify_sections(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task, *, quick: bool,
                     max_new_tokens: int, console: Console, folder: Path | None = None,
-                    plan: Plan | None = None) -> dict:
+                    plan: Plan | None = None, detection: bool = True) -> dict:
     """The `honest`, `detection` and `cost` sections (see the module docstring). Honest rollouts have exactly
     `max_new_tokens` tokens; detection rows `plan.detection_tokens` (at most 32). `folder` (the model's folder)
-    enables the vLLM rows; `plan` overrides the sizes `quick` picks."""
+    enables the vLLM rows; `plan` overrides the sizes `quick` picks; `detection=False` runs no cheats (the
+    honest rows and their costs only)."""
     plan = plan or plan_for(quick, max_new_tokens)
     clock = time.perf_counter()
     seconds = {}
     model.eval()
     honest_rows, timings, pool, honest_stats = honest_section(model, tokenizer, task, plan, max_new_tokens, console)
     seconds["honest_transformers"] = time.perf_counter() - clock
-    rows, previous_kl, facts = detection_section(model, tokenizer, task, plan, console, pool)
+    if detection:
+        rows, previous_kl, facts = detection_section(model, tokenizer, task, plan, console, pool)
+    else:
+        rows, previous_kl, facts = [], None, {"detection": "not run (--honest-only)"}
     seconds["detection"] = time.perf_counter() - clock - seconds["honest_transformers"]
     if not plan.vllm:
         vllm_note = "vLLM skipped in quick mode (its engine takes about 30 s to start)"
@@ -945,6 +949,7 @@ def main() -> None:
     parser.add_argument("--honest-rollouts", type=int, default=None,
                         help="full mode: honest rollouts in all (default 390; the issue asks for 1,000)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads outside the runs that set their own")
+    parser.add_argument("--honest-only", action="store_true", help="the honest rows and their costs, no cheats")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     console = make_console()
@@ -956,7 +961,8 @@ def main() -> None:
     started = time.perf_counter()
     report = verify_sections(model, tokenizer, task, quick=args.quick, max_new_tokens=tokens, console=console,
                              folder=None if args.quick else folder,
-                             plan=plan_for(args.quick, tokens, args.honest_rollouts))
+                             plan=plan_for(args.quick, tokens, args.honest_rollouts),
+                             detection=not args.honest_only)
     report["seconds"]["total"] = time.perf_counter() - started
     report.update({"benchmark": "real_verify", "model": "SmolLM2-135M-Instruct", "task": args.task,
                    "cores": os.cpu_count()})

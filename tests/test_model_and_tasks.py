@@ -157,3 +157,43 @@ def test_bad_task_names_and_files_are_clear_errors(tmp_path: Path) -> None:
     bad.write_text('{"prompt": "x"}\n')
     with pytest.raises(ConfigError, match=r"bad.jsonl:1"):
         load_task(str(bad))
+
+
+def test_a_cached_default_model_that_is_not_the_reference_is_replaced(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """An older rollnet's build (or a rebuild that came out different) in the cache is never handed out as the
+    embedded model: `model init` writes the reference build over it."""
+    from rollnet.node.model.pinned import EMBEDDED_ROOT
+
+    home = tmp_path / "home"
+    assert main(["--data-dir", str(home), "model", "init"]) == 0
+    (folder,) = (home / "models").glob("addition-2digit-*")
+    record = json.loads((folder / "rollnet-model.json").read_text())
+    (folder / "rollnet-model.json").write_text(json.dumps({**record, "bf16_content_root": "b6177bab" * 8}))
+    capsys.readouterr()
+    assert main(["--data-dir", str(home), "model", "init"]) == 0
+    assert load_metadata(folder)["bf16_content_root"] == EMBEDDED_ROOT
+    assert "cached model" not in capsys.readouterr().out
+    assert "is not the reference build" in caplog.text
+
+
+def test_writing_the_reference_leaves_the_callers_random_stream_alone(tmp_path: Path) -> None:
+    """`trainer run --seed N` seeds torch before it resolves the model: writing the reference build on first use
+    must not reseed it, or a first run and a rerun would draw different numbers."""
+    import torch
+
+    torch.manual_seed(5)
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    build_default_model(tmp_path / "models")
+    assert torch.equal(torch.rand(4), expected)
+
+
+def test_an_unwritable_model_cache_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "models").write_text("a file where the cache folder should be")
+    capsys.readouterr()
+    assert main(["--data-dir", str(home), "model", "init"]) != 0
+    err = capsys.readouterr().err
+    assert "cannot write the model under" in err and "Traceback" not in err

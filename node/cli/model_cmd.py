@@ -8,13 +8,12 @@ folder; the command prints its path, so `--model PATH` elsewhere can take either
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
 from rollnet.node.cli import params
 from rollnet.node.cli.context import console, get_context
-from rollnet.node.model.builder import METADATA, Recipe, build_default_model, load_metadata, model_folder
+from rollnet.node.model.builder import Recipe, build_default_model, is_built, load_metadata
 from rollnet.node.model.loading import resolve_model
 from rollnet.node.model.smollm2 import materialize_smollm2
 from rollnet.node.tasks import load_task
@@ -29,19 +28,17 @@ def init(
     seed: int = typer.Option(0, "--seed"),
     force: bool = typer.Option(False, "--force", help="make it again even if cached"),
     rebuild: bool = typer.Option(False, "--rebuild", help="train the default recipe from scratch instead of "
-                                 "using its shipped reference build (about three minutes on 2 cores)"),
+                                 "using its shipped reference build (about two minutes on 2 quiet cores)"),
 ) -> None:
-    """Make the default model (the shipped reference build for the default task, else a warm-up of about three
-    minutes on 2 cores) or reuse the cached one; print its folder."""
+    """Make the default model (the shipped reference build for the default task, else a warm-up of about two
+    minutes on 2 quiet cores) or reuse the cached one; print its folder."""
     load_task(task)  # an unknown task is a clear error before any work
     recipe = Recipe(task=task, seed=seed)
     cache = get_context(ctx).data_dir / "models"
-    candidate = model_folder(cache, recipe)
-    cached = (candidate / METADATA).exists() and not (force or rebuild)
+    cached = is_built(cache, recipe) and not (force or rebuild)
     trains = not cached and (rebuild or recipe != Recipe())
     if trains:
-        console.print(f"building the default model for {task} (about three minutes)...")
-        logging.getLogger("rollnet.node.model.builder").setLevel(logging.INFO)
+        console.print(f"building the default model for {task} (about two minutes; the warm-up logs its steps)...")
     folder = build_default_model(cache, recipe, force=force or rebuild, rebuild=rebuild)
     metadata = load_metadata(folder)
     made = "cached model" if cached else "built model" if trains else "model (the default recipe's reference build)"

@@ -31,8 +31,8 @@ from pathlib import Path
 import torch
 from rollnet.node.delta import content_root
 from rollnet.node.errors import ConfigError
-from rollnet.node.model.identity import model_eos_token_ids
-from rollnet.node.model.pinned import EMBEDDED_ROOT, EMBEDDED_TASK
+from rollnet.node.model.identity import folder_model_files_hash, model_eos_token_ids
+from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_ROOT, EMBEDDED_TASK
 from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import Task, load_task
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -122,24 +122,46 @@ def build_default_model(cache: Path, recipe: Recipe = Recipe(), force: bool = Fa
                         rebuild: bool = False) -> Path:
     """The model folder for `recipe` under `cache`, made if missing (or `force`d): the default recipe from its
     shipped reference build unless `rebuild`, any other recipe (or a rebuild) by a warm-up under the pinned
-    arithmetic (about three minutes on 2 cores for the default recipe)."""
+    arithmetic (about two minutes on 2 quiet cores for the default recipe)."""
     folder = model_folder(cache, recipe)
     if (folder / METADATA).exists() and not force:
-        return folder
-    if recipe == Recipe() and not rebuild:
-        return _materialize_reference(folder)
-    load_task(recipe.task)  # an unknown task is the caller's clear error, not a child's traceback
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    child = subprocess.run([sys.executable, "-m", "rollnet.node.model.builder", str(folder),
-                            json.dumps(asdict(recipe))], env={**os.environ, **PINNED_ARITHMETIC}, check=False)
+        if is_built(cache, recipe, rebuild):
+            return folder
+        log.warning("the cached embedded model in %s is not the reference build (an older rollnet's, or a rebuild "
+                    "that differed): replacing it", folder)
+    try:
+        if recipe == Recipe() and not rebuild:
+            return _materialize_reference(folder)
+        load_task(recipe.task)  # an unknown task is the caller's clear error, not a child's traceback
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        child = subprocess.run([sys.executable, "-m", "rollnet.node.model.builder", str(folder),
+                                json.dumps(asdict(recipe))], env={**os.environ, **PINNED_ARITHMETIC}, check=False)
+    except OSError as error:
+        raise ConfigError(f"cannot write the model under {cache}: {error}") from error
     if child.returncode != 0 or not (folder / METADATA).is_file():
         raise ConfigError(f"building the model for {recipe.task} failed (exit {child.returncode}); "
                           "its log is above")
-    if recipe == Recipe() and (built := load_metadata(folder)["bf16_content_root"]) != EMBEDDED_ROOT:
+    if recipe == Recipe() and (built := _recorded_root(folder)) != EMBEDDED_ROOT:
         log.warning("this machine rebuilt the embedded model with content root %s…, not the reference build's "
-                    "%s…: its rollouts will not match a job's base model (different package versions?)",
-                    built[:16], EMBEDDED_ROOT[:16])
+                    "%s…: its rollouts will not match a job's base model (different package versions?); the next "
+                    "`rollnet model init` replaces it with the reference build", built[:16], EMBEDDED_ROOT[:16])
     return folder
+
+
+def is_built(cache: Path, recipe: Recipe = Recipe(), rebuild: bool = False) -> bool:
+    """Whether `build_default_model` would reuse the cached folder: any recipe's finished build, except that
+    the default recipe's must be the reference build unless it was asked to be rebuilt."""
+    folder = model_folder(cache, recipe)
+    return (folder / METADATA).exists() and (recipe != Recipe() or rebuild or _recorded_root(folder) == EMBEDDED_ROOT)
+
+
+def _recorded_root(folder: Path) -> str | None:
+    """The bf16 root a model folder's build record states (None if the record is unreadable). Roles never
+    trust it: they compute the root of the weights they load."""
+    try:
+        return load_metadata(folder).get("bf16_content_root")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _skeleton(recipe: Recipe) -> tuple[Task, PreTrainedTokenizerFast, Qwen2ForCausalLM]:
@@ -161,7 +183,8 @@ def _materialize_reference(folder: Path) -> Path:
     content root is not EMBEDDED_ROOT (a damaged install)."""
     from safetensors.torch import load_file
 
-    _, tokenizer, model = _skeleton(Recipe())
+    with torch.random.fork_rng():  # the skeleton's seeding must not reset the caller's generator
+        _, tokenizer, model = _skeleton(Recipe())
     try:
         state = load_file(REFERENCE_WEIGHTS)
         metadata = json.loads(REFERENCE_METADATA.read_text())
@@ -177,7 +200,15 @@ def _materialize_reference(folder: Path) -> Path:
     if root != EMBEDDED_ROOT or metadata.get("bf16_content_root") != EMBEDDED_ROOT:
         raise ConfigError(f"the embedded model's reference weights have content root {root[:16]}…, not the "
                           f"pinned {EMBEDDED_ROOT[:16]}…: reinstall rollnet")
-    return _save(folder, model, tokenizer, {**metadata, "source": "reference build"})
+    if metadata.get("recipe") != asdict(Recipe()):
+        raise ConfigError("the embedded model's reference build record names another recipe: reinstall rollnet")
+    _save(folder, model, tokenizer, {**metadata, "source": "reference build"})
+    if (files_hash := folder_model_files_hash(folder).hex()) != EMBEDDED_FILES_HASH:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ConfigError(f"this machine writes the embedded model's config and tokenizer with identity "
+                          f"{files_hash[:16]}…, not the pinned {EMBEDDED_FILES_HASH[:16]}…: install the pinned "
+                          "transformers and tokenizers (pip install -e .)")
+    return folder
 
 
 def _build(folder: Path, recipe: Recipe) -> Path:

@@ -1,5 +1,5 @@
-"""Where a policy comes from: the embedded default (built on demand), a preset rollnet converts itself
-(`--model smollm2`, or a job whose spec names it), or a local Hugging Face folder.
+"""Where a policy comes from: the embedded default (its reference build, written on demand), a preset rollnet
+converts itself (`--model smollm2`, or a job whose spec names it), or a local Hugging Face folder.
 
 Invariant: every model the node runs is loaded by `load_policy(folder)`, the one path the default and a
 real checkpoint share (`from_pretrained`, always fp32 weights with SDPA attention, whatever the config

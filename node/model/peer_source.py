@@ -142,7 +142,7 @@ def job_model(follower: PolicyFollower, data_dir: Path, model: Path | None, task
     preset = preset_of(model, spec.model_name)
     if (template is None and model is None and local is None and isinstance(problem, NoAnchor)
             and spec.model_name == EMBEDDED_MODEL):
-        log.warning("%s: building the embedded model here", problem)
+        log.warning("%s: making the embedded model here", problem)
         local = _load(resolve_model(data_dir, None, task))
         if not local.mismatch(base_root, files_hash):
             follower.ensure_base(local.model)

@@ -4,8 +4,8 @@ bit for bit from the recipe under the builder's pinned arithmetic).
 
 Invariant: `EMBEDDED_ROOT` and `EMBEDDED_FILES_HASH` are the weights' root and the config-and-tokenizer
 identity (`model.identity`) that `build_default_model` produces for the default build recipe (the test
-`test_the_default_build_has_the_pinned_root` holds it to both, and `test_a_rebuild_reproduces_the_reference`
-rebuilds it); a job spec naming the embedded model for its
+`test_the_default_build_has_the_pinned_root` holds the reference build to both; a rebuild reproduced it bit
+for bit on an AVX2 and an AVX-512 machine, BENCHMARKS.md); a job spec naming the embedded model for its
 default task without a model_root (and model_files_hash) pins these on chain. `PRESETS` does the same for
 the real checkpoints rollnet converts itself (`model.loading.PRESET_BUILDERS`), whatever the task: a spec
 naming one without a model_root pins its root and files hash (the test `test_the_smollm2_preset_has_the_pinned_identity`

@@ -29,7 +29,7 @@ from rollnet.node.cli.context import make_console
 from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import Keeper
-from rollnet.node.model.loading import load_policy
+from rollnet.node.model.loading import load_policy, preset_of
 from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_TASK, PRESETS
 from rollnet.trainer.export import export_version
 
@@ -143,7 +143,7 @@ def export_final(net: Devnet, job: JobClient, console: Console) -> dict:
 
 
 REAL_MODEL_TASK = "gym:gcd:last-number"  # SmolLM2's sampled reward 0.11, half its groups with spread (BENCHMARKS.md)
-REAL_MODEL_TIMEOUT_S = 5400.0
+REAL_MODEL_SETUP_S, REAL_MODEL_STEP_S = 1800.0, 600.0  # the run's time limit: 1,246 s for 5 steps was measured
 
 
 def run_devnet(config: DevnetConfig, console: Console, live: bool = True, timeout_s: float = 1200.0) -> dict:
@@ -203,9 +203,10 @@ def devnet(
              "cheater": cheater, "lr": lr, "max_undecided": max_undecided, "held_out_every": held_out_every,
              "backend": backend}
     chosen = {name: value for name, value in given.items() if value is not None}
-    if model in PRESETS:
-        config = DevnetConfig.real_model(out, model, task or REAL_MODEL_TASK, **chosen)
-        timeout_s = REAL_MODEL_TIMEOUT_S
+    preset = preset_of(Path(model), None) if model else None  # a folder of a preset's name is ambiguous
+    if preset is not None:
+        config = DevnetConfig.real_model(out, preset, task or REAL_MODEL_TASK, **chosen)
+        timeout_s = REAL_MODEL_SETUP_S + REAL_MODEL_STEP_S * config.steps
     else:
         config = DevnetConfig(out=out, model=Path(model) if model else None, task=task or EMBEDDED_TASK, **chosen)
         timeout_s = 1200.0

@@ -24,10 +24,11 @@ from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.deploy import deploy_market
 from rollnet.node.chain.job import FactoryClient, JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.cli.job_cmd import base_model_root
 from rollnet.node.config import Deployment, resolve_data_dir
 from rollnet.node.errors import ConfigError, RollnetError
 from rollnet.node.keys import dev_account
-from rollnet.node.model.builder import METADATA, build_default_model, load_metadata
+from rollnet.node.model.builder import METADATA, build_default_model
 from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.model.loading import PRESET_BUILDERS
 from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_TASK, PRESETS
@@ -190,7 +191,7 @@ class Devnet:
         if config.preset is not None:  # rollnet pins the preset's root and files hash itself
             pinned: dict[str, str | None] = {"model": config.preset, "model_root": None, "model_files_hash": None}
         else:
-            pinned = {"model": EMBEDDED_MODEL, "model_root": "0x" + load_metadata(self.model)["bf16_content_root"],
+            pinned = {"model": EMBEDDED_MODEL, "model_root": "0x" + base_model_root(self.model).hex(),
                       "model_files_hash": "0x" + folder_model_files_hash(self.model).hex()}
         spec = JobSpecFile(
             **pinned, task=config.task, trainer=dev_account(TRAINER).address,
