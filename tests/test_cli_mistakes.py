@@ -45,7 +45,7 @@ LOCAL_COMMANDS = {"keys new", "keys import", "keys show", "chain down", "model i
 CHAIN_EXTRAS = {"trainer run": ["--job", "latest"], "trainer export": ["--job", "latest"],
                 "chain fund": ["--to", ADDRESS]}
 # Path parameters of commands this project does not own yet, which do not declare a kind (file or folder).
-UNDECLARED_PATHS = {("devnet", "--out"), ("devnet", "--model")}
+UNDECLARED_PATHS = {("devnet", "--out")}  # devnet --model is a preset name or a folder: a string
 
 BAD_VALUES: dict[Callable[..., Any], list[str]] = {
     params.eth_amount: ["-1", "abc", "1e-19", "1e12", "nan"],
