@@ -4,7 +4,8 @@
 # modules (numpy and torch alone) and bench/gpu_rows.py, copied into a scratch folder, so nothing else of
 # rollnet is importable there. A random Qwen2.5-0.5B-shaped model in bf16 on CUDA; generation tokens/s at
 # batch 1, 8 and 64, verification speed against generation, the proofs' share, and whether honest CUDA
-# rollouts pass verification on CUDA. Bounded by a 470 s watchdog (the budget is 8 minutes).
+# rollouts pass verification on CUDA, and on this machine's CPU in fp32 (a GPU worker, a CPU validator).
+# Bounded by a 470 s watchdog (the budget is 8 minutes).
 #   bash bench/gpu.sh                      # writes $OUT/gpu_rows.json (or ./gpu_rows.json)
 #   bash bench/gpu.sh --device cpu --shape tiny --batches 1,4   # a smoke run anywhere
 set -euo pipefail

@@ -12,7 +12,9 @@ prompt + completion on the same device; sampler margins within 1e-3, TOPLOC stat
 exactly `new_tokens` tokens (EOS ignored: a random model has no meaningful stop), so a batch needs no padding.
 Timings: `generate_s` is the whole generate call including the sampler's noise and the proofs; `sampler_s` and
 `proof_s` are the parts inside it; `verify_s` is the whole check of the batch (prefill, noise, margins, TOPLOC,
-log-probs); `verify_speed_over_generation` is generate_s / verify_s.
+log-probs); `verify_speed_over_generation` is generate_s / verify_s. Cross-platform: the rollouts of the
+`--cross-batches` sizes are checked again by the same weights on `--cross-device` (default: the CPU, in fp32), a
+GPU worker against a CPU validator, and reported apart, with the largest statistics that tolerance must cover.
 """
 
 from __future__ import annotations
@@ -199,6 +201,7 @@ def run(args: argparse.Namespace) -> dict:
     model = build_model(args.shape, dtype, device)
     build_s = time.perf_counter() - built
     vocab = model.config.vocab_size
+    parameters = sum(p.numel() for p in model.parameters())
     prompt_rng = np.random.default_rng(1)
     seed = 60_000
 
@@ -211,13 +214,15 @@ def run(args: argparse.Namespace) -> dict:
 
     warm = batch_of(2)
     generate(model, warm[0], warm[1], warm[2], 4, args.temperature)  # kernels and allocator, not timed
-    rows, checked = [], []
+    rows, checked, kept = [], [], []
     for size in args.batches:
         for repeat in range(args.repeats):
             prompts, seeds, samples = batch_of(size)
             made = generate(model, prompts, seeds, samples, args.new_tokens, args.temperature)
             result = verify(model, prompts, made, seeds, samples, args.temperature)
             checked.append(result)
+            if size in args.cross_batches:
+                kept.append((prompts, made, seeds, samples))
             produced = size * args.new_tokens
             rows.append({
                 "batch": size, "repeat": repeat, "new_tokens": args.new_tokens,
@@ -235,13 +240,33 @@ def run(args: argparse.Namespace) -> dict:
                   f"verify {result['verify_s']:.2f} s (prefill {result['prefill_s']:.3f}), "
                   f"flagged {rows[-1]['flagged_with_public_thresholds']}/{size} (public), "
                   f"{rows[-1]['flagged_with_tight_thresholds']}/{size} (tight)", flush=True)
+    cross = None
+    if kept:
+        print(f"cross-platform: {sum(len(k[2]) for k in kept)} of these rollouts checked on {args.cross_device} in "
+              f"{args.cross_dtype}...", flush=True)
+        # The generating model itself, moved: the same bf16 weights (exact in fp32).
+        validator_model = model.to(torch.device(args.cross_device)).to(getattr(torch, args.cross_dtype))
+        cross_checked = [verify(validator_model, prompts.to(args.cross_device), made, seeds, samples,
+                                args.temperature) for prompts, made, seeds, samples in kept]
+        cross = {"device": args.cross_device, "dtype": args.cross_dtype, **honest_summary(cross_checked)}
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0],
-        "shape": args.shape, "dtype": args.dtype, "parameters": sum(p.numel() for p in model.parameters()),
+        "shape": args.shape, "dtype": args.dtype, "parameters": parameters,
         "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "temperature": args.temperature,
-        "model_build_s": build_s, "rows": rows, "honest": honest_summary(checked),
+        "model_build_s": build_s, "rows": rows, "honest": honest_summary(checked), "cross_platform": cross,
     }
+
+
+def describe_honest(label: str, honest: dict) -> str:
+    return (f"{label}: {honest['rollouts']} rollouts, {honest['chunks']} chunks; rejected with public TOPLOC "
+            f"thresholds {honest['flagged_with_public_thresholds']}, with the tight same-platform ones "
+            f"{honest['flagged_with_tight_thresholds']} (TOPLOC public {honest['flagged_public_thresholds']}, tight "
+            f"{honest['flagged_cpu_thresholds']}, sampler {honest['flagged_sampler']}, log-prob "
+            f"{honest['flagged_logprob']}); largest statistics: exponent mismatches "
+            f"{honest['max_exponent_mismatches']}, mean mantissa {honest['max_mean_mantissa_diff']:.3f}, median "
+            f"{honest['max_median_mantissa_diff']:.1f}, log-prob error {honest['max_logprob_error']:.2e}, "
+            f"sampler margin {honest['max_margin']:.2e}")
 
 
 def print_table(result: dict) -> None:
@@ -253,15 +278,10 @@ def print_table(result: dict) -> None:
     for row in result["rows"]:
         print(f"| {row['batch']} | {row['tokens_per_s']:.1f} | {row['generate_s']:.2f} | {row['sampler_fraction']:.1%} "
               f"| {row['proof_fraction']:.1%} | {row['verify_s']:.2f} | {row['verify_speed_over_generation']:.2f}x |")
-    honest = result["honest"]
-    print(f"honest: {honest['rollouts']} rollouts, {honest['chunks']} chunks; rejected with public TOPLOC "
-          f"thresholds {honest['flagged_with_public_thresholds']}, with the tight same-platform ones "
-          f"{honest['flagged_with_tight_thresholds']} (TOPLOC public {honest['flagged_public_thresholds']}, tight "
-          f"{honest['flagged_cpu_thresholds']}, sampler {honest['flagged_sampler']}, log-prob "
-          f"{honest['flagged_logprob']}); largest statistics: exponent mismatches "
-          f"{honest['max_exponent_mismatches']}, mean mantissa {honest['max_mean_mantissa_diff']:.3f}, median "
-          f"{honest['max_median_mantissa_diff']:.1f}, log-prob error {honest['max_logprob_error']:.2e}, "
-          f"sampler margin {honest['max_margin']:.2e}")
+    print(describe_honest("honest, generated and checked on one device", result["honest"]))
+    if result["cross_platform"]:
+        cross = result["cross_platform"]
+        print(describe_honest(f"honest, checked on {cross['device']} in {cross['dtype']}", cross))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -274,6 +294,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=128, help="128 tokens: 4 TOPLOC chunks")
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--cross-batches", type=lambda text: [int(p) for p in text.split(",") if p], default=[1, 8],
+                        help="the rollouts of these batch sizes are also checked on --cross-device ('' for none)")
+    parser.add_argument("--cross-device", default="cpu", help="a validator on another platform (default: this CPU)")
+    parser.add_argument("--cross-dtype", choices=["bfloat16", "float16", "float32"], default="float32")
     parser.add_argument("--json", type=Path, required=True)
     return parser.parse_args(argv)
 

@@ -48,7 +48,7 @@ def run_script(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_gpu_script_smoke_run_on_cpu_writes_every_row(tmp_path: Path) -> None:
     result = run_script(tmp_path, "--device", "cpu", "--shape", "tiny", "--dtype", "float32", "--batches", "1,4",
-                        "--repeats", "1", "--new-tokens", "40")
+                        "--repeats", "1", "--new-tokens", "40", "--cross-batches", "1")
     assert result.returncode == 0, result.stderr
     report = json.loads((tmp_path / "gpu_rows.json").read_text())
     assert [row["batch"] for row in report["rows"]] == [1, 4]
@@ -59,6 +59,8 @@ def test_gpu_script_smoke_run_on_cpu_writes_every_row(tmp_path: Path) -> None:
     # Same platform, fp32, decode against prefill: the validator's tight thresholds pass every honest rollout.
     assert honest["flagged_with_tight_thresholds"] == 0 and honest["flagged_with_public_thresholds"] == 0
     assert honest["max_exponent_mismatches"] == 0 and honest["max_mean_mantissa_diff"] == 0
+    cross = report["cross_platform"]  # the batch-1 rollout checked again on the CPU in fp32: the same arithmetic
+    assert cross["device"] == "cpu" and cross["rollouts"] == 1 and cross["flagged_with_tight_thresholds"] == 0
     assert "| batch | tokens/s |" in result.stdout
 
 
