@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from rollnet.node.errors import ConfigError
+from rollnet.node.model import builder
 from rollnet.node.model.builder import Recipe, build_default_model, greedy_accuracy, load_metadata
 from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import load_task, seed_from_bytes
@@ -30,17 +33,41 @@ def test_model_init_builds_a_loadable_model_that_solves_a_real_fraction(model_ho
     assert 0.05 <= greedy_accuracy(model, tokenizer, task, range(5_000, 5_200)) <= 0.95
 
 
-# The bf16 content root of Recipe(max_steps=10) under the builder's pinned arithmetic, as an AVX2 machine and an
-# AVX-512 one (pinned to AVX2) build it; unpinned, the AVX-512 machine built other bits.
-TEN_STEP_ROOT = "a505c0315f59f81104a00531723fdcd580357c4bc27726cc924767a936ae0186"
+# The bf16 content root of Recipe(max_steps=10) under the builder's pinned arithmetic. MKL picks its GEMM kernels
+# by CPU vendor as well as by instruction set, so the test builds it twice: once as this machine's MKL dispatches,
+# once with MKL told it runs on an Intel CPU (its vendor check answered by a preloaded library). An AMD machine
+# then builds what an Intel one does; an Intel machine builds its own bits twice.
+TEN_STEP_ROOT = "e74b06516a6b86e2981248d12c137e56b236d155d973ee7c9559e7b86ad120ad"
+# The same recipe under the earlier pin (AVX2 kernels, MKL's default dispatch), as an Intel CPU's MKL builds it:
+# CI's Intel machine built it, and so does an AMD one whose MKL is told it is an Intel CPU.
+INTEL_MKL_ROOT_UNDER_THE_EARLIER_PIN = "27206ea644aa97ffdf888ff45f7c80c9d992b467a4439d1abcccdd218b1dba43"
+MKL_SAYS_INTEL = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
 
 
-def test_a_recipe_builds_the_same_weights_every_time_on_every_machine(tmp_path: Path) -> None:
+def mkl_told_it_is_on_intel(tmp_path: Path) -> str:
+    """A shared library that answers MKL's CPU-vendor check with "Intel", for LD_PRELOAD."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "this test needs a C compiler (cc or gcc) to build its MKL vendor shim"
+    source, library = tmp_path / "mkl_says_intel.c", tmp_path / "libmkl_says_intel.so"
+    source.write_text(MKL_SAYS_INTEL)
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    return str(library)
+
+
+def test_a_recipe_builds_the_same_weights_every_time_on_every_machine(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     recipe = Recipe(max_steps=10)
-    first = load_metadata(build_default_model(tmp_path / "a", recipe))
-    second = load_metadata(build_default_model(tmp_path / "b", recipe))
-    assert first["steps"] == second["steps"] == 10
-    assert first["bf16_content_root"] == second["bf16_content_root"] == TEN_STEP_ROOT
+    as_dispatched = load_metadata(build_default_model(tmp_path / "a", recipe))
+    monkeypatch.setenv("LD_PRELOAD", mkl_told_it_is_on_intel(tmp_path))
+    as_on_intel = load_metadata(build_default_model(tmp_path / "b", recipe))
+    assert as_dispatched["steps"] == as_on_intel["steps"] == 10
+    assert as_dispatched["bf16_content_root"] == as_on_intel["bf16_content_root"] == TEN_STEP_ROOT
+
+    # The shim reaches MKL: without the vendor-independent branch, the Intel kernels build CI's Intel root.
+    earlier_pin = {name: value for name, value in builder.PINNED_ARITHMETIC.items() if name != "MKL_CBWR"}
+    monkeypatch.setattr(builder, "PINNED_ARITHMETIC", {**earlier_pin, "MKL_ENABLE_INSTRUCTIONS": "AVX2"})
+    earlier = load_metadata(build_default_model(tmp_path / "c", recipe))
+    assert earlier["bf16_content_root"] == INTEL_MKL_ROOT_UNDER_THE_EARLIER_PIN
 
 
 def test_the_default_build_has_the_pinned_root(model_home: Path) -> None:

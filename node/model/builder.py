@@ -8,11 +8,14 @@ only later; the result is an ordinary Hugging Face model folder plus `rollnet-mo
 build.
 
 Floating-point training is only bit-reproducible under one arithmetic: the kernels torch, MKL and oneDNN
-pick differ by instruction set (an AVX-512 machine's fp32 sums round differently from an AVX2 one's), and
-intra-op splits differ by thread count. So every warm-up runs in a child process pinned to the AVX2 kernels
-and `BUILD_THREADS` threads (`PINNED_ARITHMETIC`), and the default recipe is not trained at all unless asked
-(`rebuild`): its reference build ships with rollnet (`reference/`) and is materialised after its bf16 content
-root is checked against EMBEDDED_ROOT, so every machine starts the job from the same bits.
+pick differ by instruction set (an AVX-512 machine's fp32 sums round differently from an AVX2 one's), MKL's
+also by CPU vendor (on an Intel CPU it runs other GEMM kernels than on an AMD one, whatever instruction set it
+is allowed), and intra-op splits differ by thread count. So every warm-up runs in a child process pinned to
+the AVX2 kernels in ATen and oneDNN, MKL's vendor-independent reproducible branch (`MKL_CBWR=COMPATIBLE`:
+SSE2 code, the same on Intel and AMD, about 1.7x slower here), and `BUILD_THREADS` threads
+(`PINNED_ARITHMETIC`), and the default recipe is not trained at all unless asked (`rebuild`): its reference
+build ships with rollnet (`reference/`) and is materialised after its bf16 content root is checked against
+EMBEDDED_ROOT, so every machine starts the job from the same bits.
 """
 
 from __future__ import annotations
@@ -37,15 +40,16 @@ from rollnet.node.model.tokenizer import build_char_tokenizer
 from rollnet.node.tasks import Task, load_task
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3  # 3: MKL's vendor-independent branch in the pinned arithmetic
 METADATA = "rollnet-model.json"
 REFERENCE = Path(__file__).with_name("reference")  # the default recipe's reference build
 REFERENCE_WEIGHTS = REFERENCE / "addition-2digit.safetensors"
 REFERENCE_METADATA = REFERENCE / "addition-2digit.json"
-# The arithmetic every warm-up runs under, whatever the CPU: AVX2 kernels in ATen, MKL and oneDNN (an AVX-512
-# machine pinned so builds what an AVX2 one does), and a fixed intra-op thread count.
+# The arithmetic every warm-up runs under, whatever the CPU: AVX2 kernels in ATen and oneDNN (an AVX-512 machine
+# pinned so builds what an AVX2 one does), MKL's conditional-reproducibility branch that is the same on Intel and
+# AMD CPUs (its AVX2 branch is Intel-only: an AMD CPU falls back to other kernels), and a fixed thread count.
 BUILD_THREADS = 2
-PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
+PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE",
                      "OMP_NUM_THREADS": str(BUILD_THREADS), "MKL_NUM_THREADS": str(BUILD_THREADS)}
 log = logging.getLogger("rollnet.node.model.builder")  # the same name in the pinned child
 
