@@ -12,7 +12,7 @@ pick differ by instruction set (an AVX-512 machine's fp32 sums round differently
 also by CPU vendor (on an Intel CPU it runs other GEMM kernels than on an AMD one, whatever instruction set it
 is allowed), and intra-op splits differ by thread count. So every warm-up runs in a child process pinned to
 the AVX2 kernels in ATen and oneDNN, MKL's vendor-independent reproducible branch (`MKL_CBWR=COMPATIBLE`:
-SSE2 code, the same on Intel and AMD, about 1.7x slower here), and `BUILD_THREADS` threads
+SSE2 code, the same on Intel and AMD, about 1.6x slower here), and `BUILD_THREADS` threads
 (`PINNED_ARITHMETIC`), and the default recipe is not trained at all unless asked (`rebuild`): its reference
 build ships with rollnet (`reference/`) and is materialised after its bf16 content root is checked against
 EMBEDDED_ROOT, so every machine starts the job from the same bits.
@@ -49,8 +49,12 @@ REFERENCE_METADATA = REFERENCE / "addition-2digit.json"
 # pinned so builds what an AVX2 one does), MKL's conditional-reproducibility branch that is the same on Intel and
 # AMD CPUs (its AVX2 branch is Intel-only: an AMD CPU falls back to other kernels), and a fixed thread count.
 BUILD_THREADS = 2
-PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE",
-                     "OMP_NUM_THREADS": str(BUILD_THREADS), "MKL_NUM_THREADS": str(BUILD_THREADS)}
+PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                     "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": str(BUILD_THREADS),
+                     "MKL_NUM_THREADS": str(BUILD_THREADS)}
+# Variables that would change that arithmetic if the caller's environment passed them on: never inherited.
+UNPINNED_ARITHMETIC = ("MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "MKL_DYNAMIC", "MKL_THREADING_LAYER",
+                       "MKL_DOMAIN_NUM_THREADS", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE")
 log = logging.getLogger("rollnet.node.model.builder")  # the same name in the pinned child
 
 
@@ -139,7 +143,7 @@ def build_default_model(cache: Path, recipe: Recipe = Recipe(), force: bool = Fa
         load_task(recipe.task)  # an unknown task is the caller's clear error, not a child's traceback
         folder.parent.mkdir(parents=True, exist_ok=True)
         child = subprocess.run([sys.executable, "-m", "rollnet.node.model.builder", str(folder),
-                                json.dumps(asdict(recipe))], env={**os.environ, **PINNED_ARITHMETIC}, check=False)
+                                json.dumps(asdict(recipe))], env=pinned_environment(), check=False)
     except OSError as error:
         raise ConfigError(f"cannot write the model under {cache}: {error}") from error
     if child.returncode != 0 or not (folder / METADATA).is_file():
@@ -150,6 +154,12 @@ def build_default_model(cache: Path, recipe: Recipe = Recipe(), force: bool = Fa
                     "%s…: its rollouts will not match a job's base model (different package versions?); the next "
                     "`rollnet model init` replaces it with the reference build", built[:16], EMBEDDED_ROOT[:16])
     return folder
+
+
+def pinned_environment() -> dict[str, str]:
+    """The warm-up child's environment: the caller's, less what would change its arithmetic, plus the pin."""
+    inherited = {name: value for name, value in os.environ.items() if name not in UNPINNED_ARITHMETIC}
+    return {**inherited, **PINNED_ARITHMETIC}
 
 
 def is_built(cache: Path, recipe: Recipe = Recipe(), rebuild: bool = False) -> bool:
