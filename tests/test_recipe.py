@@ -79,15 +79,21 @@ def test_a_task_that_differs_from_the_chains_is_refused(market: Deployment, anvi
 def test_a_chat_template_recipe_needs_a_template(model_home: Path) -> None:
     from rollnet.node.model.loading import load_policy
     from rollnet.node.tasks.templated import ChatTemplatedTask
+    from rollnet.trainer.cli import local_task
 
     (folder,) = (model_home / "models").glob("addition-2digit-*")
     _, tokenizer = load_policy(folder)
     with pytest.raises(ConfigError, match="tokenizer has none"):
         ChatTemplatedTask(load_task("addition-2digit"), tokenizer)
+    assert not isinstance(local_task("addition-2digit", tokenizer, None), ChatTemplatedTask)  # no template: raw
+    with pytest.raises(ConfigError, match="--chat-template"):
+        local_task("addition-2digit", tokenizer, True)
     tokenizer.chat_template = ("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
                                "{% if add_generation_prompt %}[assistant]{% endif %}")
     templated = ChatTemplatedTask(load_task("addition-2digit"), tokenizer)
     plain = load_task("addition-2digit").instance(5)
+    assert isinstance(local_task("addition-2digit", tokenizer, None), ChatTemplatedTask)  # a local run's default
+    assert not isinstance(local_task("addition-2digit", tokenizer, False), ChatTemplatedTask)  # --raw-prompts
     assert templated.instance(5).prompt == f"[user]{plain.prompt}[assistant]"
     assert templated.instance(5).answer == plain.answer
     assert templated.reward(templated.instance(5), plain.answer) == 1.0
@@ -129,9 +135,12 @@ def test_flags_that_contradict_the_chain_are_refused(chain_up: Deployment, data_
                                    "gym:basic_arithmetic", "--dev-account", "2"])
     assert "contradicts the job's recipe" in err
     trainer = ["--data-dir", str(tmp_path / "trainer"), "trainer", "run", "--job", "latest", "--dev-account", "0"]
-    for flag, value in (("--epsilon", "0.3"), ("--delta", "2"), ("--group-size", "4"), ("--max-staleness", "1")):
+    for flag, value in (("--epsilon", "0.3"), ("--delta", "2"), ("--group-size", "4"), ("--max-staleness", "1"),
+                        ("--max-new-tokens", "128"), ("--temperature", "0.7")):
         err = _one_line_error(capsys, [*trainer, flag, value])
         assert f"{flag} " in err and "contradicts the job's recipe on chain" in err, err
+    err = _one_line_error(capsys, [*trainer, "--chat-template"])  # the recipe has raw prompts
+    assert "--chat-template True contradicts the job's recipe on chain (False)" in err, err
 
 
 def test_the_worker_generates_as_the_chain_says(market: Deployment, anvil: AnvilProcess, model_home: Path,

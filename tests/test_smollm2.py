@@ -7,6 +7,7 @@ and requires it (conftest.needs_real).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,19 @@ def test_smollm2_rollouts_use_its_chat_template_stop_at_eos_and_verify(smollm2: 
     verdicts = verify_rollouts(model, tokenizer, task, rollouts, temperature=0.7, max_new_tokens=48,
                                stop_on_eos=True)
     assert all(v.ok for v in verdicts), [v.reason for v in verdicts if not v.ok]
+
+
+def test_a_local_trainer_run_on_smollm2_uses_its_chat_template_and_completion_limit(
+        smollm2: Path, model_home: Path, tmp_path: Path) -> None:
+    """`trainer run --model smollm2` without a job: prompts in SmolLM2's chat template (its tokenizer has one)
+    and completions up to the preset's limit, not the embedded model's 6 tokens; the summary says so."""
+    run = tmp_path / "run"
+    assert main(["--data-dir", str(model_home), "trainer", "run", "--model", SMOLLM2, "--dev-account", "0",
+                 "--task", "gym:gcd:last-number", "--prompts-per-step", "4", "--group-size", "4",
+                 "--optimizer-steps", "1", "--held-out-prompts", "2", "--steps", "1", "--threads", "2",
+                 "--run-dir", str(run)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["task"], summary["chat_template"]) == ("gym:gcd:last-number", True)
+    assert summary["max_new_tokens"] == PINNED.completion_tokens == 128 and summary["version"] == 1
+    (step,) = [h for h in summary["history"] if h["version"] == 1][-1:]
+    assert 6 < step["mean_tokens"] <= 128 and step["delta_bytes"] > 0

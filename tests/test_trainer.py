@@ -194,9 +194,22 @@ def test_trainer_run_command_resumes_its_run_dir(model_home: Path, tmp_path: Pat
     assert "resumed at version 2" in out
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["version"] == 3 and [h["version"] for h in summary["history"]] == [3]
+    assert (summary["task"], summary["chat_template"], summary["max_new_tokens"]) == ("addition-2digit", False, 6)
     assert sorted(PolicyStore(tmp_path / "run" / "policies", trainer=DEV0).roots) == [0, 1, 2, 3]
     assert main([*common, "--steps", "4", "--epsilon", "2"]) == 1
     assert "trainer setting epsilon" in capsys.readouterr().err
+    (base,) = (model_home / "models").glob("addition-2digit-*")  # a model folder: no build for the other task
+    for flags, trained in ((["--max-new-tokens", "5"], "max_new_tokens 6, not 5"),
+                           (["--temperature", "0.5"], "temperature 1.0, not 0.5"),
+                           (["--task", "gym:basic_arithmetic", "--model", str(base)],
+                            "task 'addition-2digit', not 'gym:basic_arithmetic'")):
+        assert main([*common, "--steps", "4", *flags]) == 1  # a resumed run never mixes two rollout settings
+        err = capsys.readouterr().err
+        assert f"its run trained with {trained}" in err and len(err.strip().splitlines()) == 1, err
+    assert main([*common, "--steps", "4", "--temperature", "inf"]) == 1
+    assert "trainer setting temperature" in capsys.readouterr().err
+    assert main([*common, "--steps", "4", "--raw-prompts", "--max-new-tokens", "6"]) == 0  # the same settings resume
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["version"] == 4
 
 
 def test_a_trained_version_exports_as_a_folder_transformers_loads_with_the_version_root(

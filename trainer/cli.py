@@ -12,6 +12,7 @@ writes one version as a Hugging Face folder (trainer.export), checked against th
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -28,19 +29,22 @@ from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.identity import loaded_model_files_hash
-from rollnet.node.model.loading import load_policy, resolve_model
-from rollnet.node.model.pinned import EMBEDDED_TASK
+from rollnet.node.model.loading import load_policy, preset_of, resolve_model
+from rollnet.node.model.pinned import EMBEDDED_TASK, PRESETS
 from rollnet.node.p2p.anchors import model_files
 from rollnet.node.p2p.fetch import p2p_fetcher
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.participant import register_trainer, serve_anchors, start_participant
-from rollnet.node.recipe import recipe_task
+from rollnet.node.recipe import agree, recipe_task
 from rollnet.node.tasks import load_task
+from rollnet.node.tasks.base import Task
+from rollnet.node.tasks.templated import ChatTemplatedTask
 from rollnet.trainer.config import GRPOConfig
 from rollnet.trainer.export import export_version, record_run
 from rollnet.trainer.local import HELD_OUT_PROMPTS, LocalRun, held_out_accuracy
 from rollnet.trainer.market import MarketTrainer
 from rollnet.trainer.trainer import Trainer
+from transformers import PreTrainedTokenizerBase
 
 app = typer.Typer(help="The GRPO trainer.", no_args_is_help=True)
 
@@ -59,6 +63,13 @@ def run(
     prompts_per_step: int = typer.Option(32, "--prompts-per-step", min=1),
     group_size: int = typer.Option(None, "--group-size", min=2, help="default 8; with --job, the recipe's"),
     loss: str = typer.Option("token", "--loss", help="token or sequence normalisation"),
+    max_new_tokens: int = typer.Option(None, "--max-new-tokens", min=1, help="completion limit (default: a preset's "
+                                       "own, else 6; with --job, the recipe's)"),
+    temperature: float = typer.Option(None, "--temperature", min=1e-3, help="sampling temperature (default 1.0; "
+                                      "with --job, the recipe's)"),
+    chat_template: bool = typer.Option(None, "--chat-template/--raw-prompts", help="wrap prompts in the tokenizer's "
+                                       "chat template (default: when the tokenizer has one; with --job, the "
+                                       "recipe's)"),
     task: str = typer.Option(None, "--task", help="default addition-2digit; with --job, the recipe's"),
     model: Path = typer.Option(None, "--model", help="local model folder or preset (smollm2); default: the job's "
                                "preset, else the embedded model",
@@ -86,14 +97,19 @@ def run(
     cli = get_context(ctx)
     signer = cli.signer(key, dev_account)
     market_job = connect_job(cli, signer, job) if job is not None else None  # chain mistakes before model loading
-    flags = {"epsilon": epsilon, "delta": delta, "group_size": group_size, "max_staleness": max_staleness}
+    flags = {"epsilon": epsilon, "delta": delta, "group_size": group_size, "max_staleness": max_staleness,
+             "max_new_tokens": max_new_tokens, "temperature": temperature}
     private = {"lr": lr, "optimizer_steps": optimizer_steps, "prompts_per_step": prompts_per_step,
                "loss_normalisation": loss}
     if market_job is not None:
         recipe = market_job.spec().recipe
         config = GRPOConfig.for_recipe(recipe, flags, **private)
+        agree("--chat-template" if chat_template else "--raw-prompts", chat_template, recipe.chat_template)
     else:
         recipe = None
+        preset = preset_of(model)
+        if max_new_tokens is None and preset is not None:
+            flags["max_new_tokens"] = PRESETS[preset].completion_tokens
         chosen = {name: value for name, value in flags.items() if value is not None}
         if chosen.get("delta") == 0:
             chosen["delta"] = None
@@ -104,7 +120,8 @@ def run(
     task_name = recipe.task_name if recipe else task or EMBEDDED_TASK
     policy, tokenizer = load_policy(resolve_model(cli.data_dir, model, task_name,
                                                   recipe.model_name if recipe else None))
-    task_def = recipe_task(recipe, tokenizer, task_flag=task) if recipe else load_task(task_name)
+    task_def = recipe_task(recipe, tokenizer, task_flag=task) if recipe else local_task(task_name, tokenizer,
+                                                                                       chat_template)
     store = PolicyStore(folder / "policies", trainer=signer.address)
     record_run(folder, signer.address, model_files(policy, tokenizer), loaded_model_files_hash(policy, tokenizer))
     trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer)
@@ -122,10 +139,13 @@ def run(
         table.add_column(column, justify="right")
     history = []
     while trainer.version < steps:
+        started = time.perf_counter()
         step = local.step()
         report = step.report
         delta_bytes = report.published.delta_bytes if report.published else None
-        history.append({"version": report.version, "sampled_reward": step.sampled_reward, "loss": report.loss,
+        history.append({"version": report.version, "sampled_reward": step.sampled_reward,
+                        "mean_tokens": step.mean_tokens, "train_s": report.seconds,
+                        "step_s": time.perf_counter() - started, "loss": report.loss,
                         "staleness": sorted(set(report.staleness)), "delta_bytes": delta_bytes})
         if report.version % 10 == 0 or report.version == steps:
             table.add_row(str(report.version), f"{step.sampled_reward:.3f}", f"{report.loss:.4f}",
@@ -136,6 +156,8 @@ def run(
     console.print(table)
     counts = local.buffer.counts
     summary = {
+        "task": task_def.name, "chat_template": isinstance(task_def, ChatTemplatedTask),
+        "max_new_tokens": config.max_new_tokens, "temperature": config.temperature, "lr": config.lr,
         "held_out_accuracy_before": base, "held_out_accuracy_after": final, "version": trainer.version,
         "admitted": counts.admitted, "too_stale": counts.too_stale, "invalid": counts.invalid,
         "staleness_histogram": dict(sorted(counts.staleness.items())), "skipped_batches": trainer.skipped_batches,
@@ -174,6 +196,14 @@ def export(
     exported = export_version(folder, version, out, expected, files_hash)
     checked = "the chain's root" if expected is not None else "the run's recorded root"
     console.print(f"version {version} (root {exported.root.hex()[:16]}…, {checked}) written to {exported.folder}")
+
+
+def local_task(name: str, tokenizer: PreTrainedTokenizerBase, chat_template: bool | None) -> Task:
+    """A local run's task: its prompts in the tokenizer's chat template when asked, or by default when the
+    tokenizer has one (an instruct model such as SmolLM2 answers in its own format only there)."""
+    task = load_task(name)
+    wrap = bool(getattr(tokenizer, "chat_template", None)) if chat_template is None else chat_template
+    return ChatTemplatedTask(task, tokenizer) if wrap else task
 
 
 def connect_job(cli: CliContext, signer: LocalAccount, job: str) -> JobClient:

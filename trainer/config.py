@@ -36,7 +36,7 @@ class GRPOConfig(BaseModel):
     prompts_per_step: int = Field(32, ge=1)
     max_staleness: int = Field(4, ge=0)
     max_new_tokens: int = Field(6, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0, allow_inf_nan=False)
     advantage_epsilon: float = Field(1e-6, gt=0)
 
     @model_validator(mode="after")

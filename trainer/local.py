@@ -36,6 +36,7 @@ class LocalStep:
     report: StepReport
     sampled_reward: float
     rollouts: int
+    mean_tokens: float  # completion tokens per rollout
 
 
 class LocalRun:
@@ -70,7 +71,7 @@ class LocalRun:
         self.buffer.advance(self.trainer.version)
         if self._snapshots[-1][0] != self.trainer.version:
             self._snapshots.append((self.trainer.version, bf16_policy(self.trainer.model)))
-        return LocalStep(report, sampled_reward, len(rollouts))
+        return LocalStep(report, sampled_reward, len(rollouts), sum(len(r.tokens) for r in rollouts) / len(rollouts))
 
     def held_out_accuracy(self) -> float:
         return held_out_accuracy(self.trainer)

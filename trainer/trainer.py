@@ -27,6 +27,7 @@ from rollnet.node.delta.store import PolicyStore, Published
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.policies import bf16_policy
 from rollnet.node.tasks import Task
+from rollnet.node.tasks.templated import ChatTemplatedTask
 from rollnet.trainer.advantages import group_advantages
 from rollnet.trainer.buffer import Group
 from rollnet.trainer.config import GRPOConfig
@@ -123,17 +124,37 @@ class Trainer:
         state = {
             "version": self.version, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "skipped_batches": self.skipped_batches, "groups_without_signal": self.groups_without_signal,
-            "config": self.config.model_dump(),
+            "config": self.config.model_dump(), "rollout_settings": self.rollout_settings(),
             "reference": self.reference.state_dict() if self.reference is not None else None,
         }
         tmp = self.state_dir / (STATE_FILE + ".tmp")
         torch.save(state, tmp)
         tmp.replace(self.state_dir / STATE_FILE)
 
+    def rollout_settings(self) -> dict[str, object]:
+        """What shapes the rollouts this run trains on: the task, its prompt format, length and temperature.
+        A run resumes only with the same settings, so no run mixes two of them."""
+        return {"task": self.task.name, "chat_template": isinstance(self.task, ChatTemplatedTask),
+                "max_new_tokens": self.config.max_new_tokens, "temperature": self.config.temperature}
+
+    def _check_rollout_settings(self, state: dict) -> None:
+        saved = state.get("rollout_settings")
+        if not isinstance(saved, dict):  # a state saved before they were: its config still has length and temperature
+            config = state.get("config") if isinstance(state.get("config"), dict) else {}
+            saved = {name: config[name] for name in ("max_new_tokens", "temperature") if name in config}
+        current = self.rollout_settings()
+        changed = [f"{name} {saved[name]!r}, not {current[name]!r}" for name in current
+                   if name in saved and saved[name] != current[name]]
+        if changed:
+            raise ConfigError(f"cannot resume {self.state_dir}: its run trained with {changed[0]}: repeat the run's "
+                              "settings (--task, --max-new-tokens, --temperature, --chat-template/--raw-prompts) or "
+                              "use another --run-dir")
+
     def _load_state(self) -> None:
         assert self.state_dir is not None
         try:
             state = torch.load(self.state_dir / STATE_FILE, weights_only=True)
+            self._check_rollout_settings(state)
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
         except (RuntimeError, KeyError, OSError) as exc:

@@ -29,6 +29,7 @@ class PinnedModel:
     root: str  # bf16 content root of its weights (hex, no 0x)
     files_hash: str  # model_files_hash of its config and tokenizer (hex, no 0x)
     description: str
+    completion_tokens: int  # the completion limit a local run uses when no recipe fixes one (room to reason)
 
 
 SMOLLM2 = "smollm2"
@@ -36,5 +37,6 @@ PRESETS = {
     SMOLLM2: PinnedModel(
         SMOLLM2, root="35ccc093ab1cf7e7e5c4ff4f27c49b8b119799ac593b4b975bc65a1d1d597be3",
         files_hash="ddbcfd55d9ff6a7b559636519657dbf0307c47cc5edc2bf80ebaeeae9ccd9c14",
-        description="SmolLM2-135M-Instruct, the Q4_1 GGUF of the `real` extra dequantised to fp32"),
+        description="SmolLM2-135M-Instruct, the Q4_1 GGUF of the `real` extra dequantised to fp32",
+        completion_tokens=128),
 }

@@ -16,7 +16,8 @@ from transformers import PreTrainedTokenizerBase
 class ChatTemplatedTask(Task):
     def __init__(self, inner: Task, tokenizer: PreTrainedTokenizerBase):
         if not getattr(tokenizer, "chat_template", None):
-            raise ConfigError("the job's recipe applies a chat template, but this model's tokenizer has none")
+            raise ConfigError("prompts are to be wrapped in a chat template (the job's recipe, or --chat-template), "
+                              "but this model's tokenizer has none")
         self.inner = inner
         self.tokenizer = tokenizer
         self.name = inner.name

@@ -76,14 +76,14 @@ class DevnetConfig:
 
     @classmethod
     def real_model(cls, out: Path, preset: str, task: str, **overrides: object) -> DevnetConfig:
-        """A run on a real model sized for two cores: short GRPO steps (4 prompts × 4 samples of up to 128
-        tokens, one lease each), lr 3e-6, leases and votes that outlast CPU generation and verification, and
-        a 32-task held-out set evaluated at the start and the end."""
+        """A run on a real model sized for two cores: short GRPO steps (4 prompts × 4 samples of up to the
+        preset's completion limit, one lease each), lr 3e-6, leases and votes that outlast CPU generation and
+        verification, and a 32-task held-out set evaluated at the start and the end."""
         defaults: dict[str, object] = {
             "workers": 2, "validators": 2, "steps": 5, "max_staleness": 2, "worker_delays": (0.0, 0.0),
             "prompts_per_step": 4, "tasks_per_lease": 4, "group_size": 4, "lr": 3e-6, "lease_seconds": 1800,
-            "vote_seconds": 1800, "held_out_every": 1000, "max_new_tokens": 128, "chat_template": True,
-            "held_out_prompts": 32}
+            "vote_seconds": 1800, "held_out_every": 1000, "max_new_tokens": PRESETS[preset].completion_tokens,
+            "chat_template": True, "held_out_prompts": 32}
         return cls(out=out, preset=preset, task=task, **{**defaults, **overrides})  # type: ignore[arg-type]
 
     def check(self) -> None:
