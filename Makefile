@@ -75,7 +75,7 @@ test-forge: setup
 	cd contracts && $(FORGE) test
 
 test-python: setup setup-vllm setup-real toploc-reference
-	ROLLNET_REQUIRE_VLLM=$(if $(VLLM_EXTRA),1,) ROLLNET_REQUIRE_REAL=$(if $(REAL_EXTRA),1,) $(BIN)/python -m pytest -q
+	ROLLNET_REQUIRE_VLLM=$(if $(VLLM_EXTRA),1,) ROLLNET_REQUIRE_REAL=$(if $(REAL_EXTRA),1,) $(BIN)/python -m pytest -q --durations=25
 
 gas: setup
 	FORGE=$(FORGE) bash contracts/script/gas_report.sh
