@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import typer
 from eth_account.signers.local import LocalAccount
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rollnet.node.chain.job import JobClient
 from rollnet.node.chain.registry import RegistryClient
@@ -138,20 +139,15 @@ def run(
     for column in ("version", "sampled reward", "loss", "clipped", "max ratio", "g", "delta bytes", "s"):
         table.add_column(column, justify="right")
     history = []
-    while trainer.version < steps:
-        started = time.perf_counter()
-        step = local.step()
-        report = step.report
-        delta_bytes = report.published.delta_bytes if report.published else None
-        history.append({"version": report.version, "sampled_reward": step.sampled_reward,
-                        "mean_tokens": step.mean_tokens, "train_s": report.seconds,
-                        "step_s": time.perf_counter() - started, "loss": report.loss,
-                        "staleness": sorted(set(report.staleness)), "delta_bytes": delta_bytes})
-        if report.version % 10 == 0 or report.version == steps:
-            table.add_row(str(report.version), f"{step.sampled_reward:.3f}", f"{report.loss:.4f}",
-                          f"{report.clipped_fraction:.1%}", f"{report.max_ratio:.2f}",
-                          ",".join(map(str, sorted(set(report.staleness)))), f"{delta_bytes or 0:,}",
-                          f"{report.seconds:.2f}")
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=True, disable=not console.is_terminal)
+    with progress:
+        bar = progress.add_task("sampling and training", total=steps, completed=trainer.version)
+        while trainer.version < steps:
+            history.append(local_step(local, table, steps))
+            last = history[-1]
+            progress.update(bar, completed=trainer.version, description=f"version {trainer.version}: sampled reward "
+                            f"{last['sampled_reward']:.3f}, {last['mean_tokens']:.0f} tokens, {last['step_s']:.0f} s")
     final = held_out_accuracy(trainer, held_out_prompts)
     console.print(table)
     counts = local.buffer.counts
@@ -196,6 +192,23 @@ def export(
     exported = export_version(folder, version, out, expected, files_hash)
     checked = "the chain's root" if expected is not None else "the run's recorded root"
     console.print(f"version {version} (root {exported.root.hex()[:16]}…, {checked}) written to {exported.folder}")
+
+
+def local_step(local: LocalRun, table: Table, steps: int) -> dict:
+    """One step of a local run, as the summary's history records it (every tenth version, and the last, also
+    as a row of `table`)."""
+    started = time.perf_counter()
+    step = local.step()
+    report = step.report
+    delta_bytes = report.published.delta_bytes if report.published else None
+    if report.version % 10 == 0 or report.version == steps:
+        table.add_row(str(report.version), f"{step.sampled_reward:.3f}", f"{report.loss:.4f}",
+                      f"{report.clipped_fraction:.1%}", f"{report.max_ratio:.2f}",
+                      ",".join(map(str, sorted(set(report.staleness)))), f"{delta_bytes or 0:,}",
+                      f"{report.seconds:.2f}")
+    return {"version": report.version, "sampled_reward": step.sampled_reward, "mean_tokens": step.mean_tokens,
+            "train_s": report.seconds, "step_s": time.perf_counter() - started, "loss": report.loss,
+            "staleness": sorted(set(report.staleness)), "delta_bytes": delta_bytes}
 
 
 def local_task(name: str, tokenizer: PreTrainedTokenizerBase, chat_template: bool | None) -> Task:
