@@ -1,15 +1,16 @@
 """The GRPO trainer: fp32 master weights and optimiser state stay here; each step publishes a bf16 version.
 
-Invariants: rewards are recomputed from the completion text and the task, never taken from a worker;
-π_old's log-probs are recomputed without grad at the start of each optimisation step (one batch), then
-`optimizer_steps` minibatch updates follow; a non-finite loss or gradient never reaches
-`optimizer.step()`: the rest of the batch is skipped and counted, and a batch with no applied update
-publishes nothing. Crash safety: the state (weights, optimiser, version) is written atomically *before*
-version v is published, and publishing is idempotent, so a restart resumes at the last saved version and
-publishes it only if it is missing: no version is published twice or skipped. Memory: a minibatch's gradient
-is accumulated over micro-batches within the logit and token budgets (`node.rollout.microbatch`), each
-backpropagated before the next is built, with the whole minibatch's loss normaliser, so it equals the
-gradient of the minibatch taken whole and the recipe's lengths and batch sizes never set the peak.
+Invariants: rewards are recomputed from the completion text and the task, never taken from a worker; π_old's
+log-probs are recomputed without grad at the start of each optimisation step (one batch), then
+`optimizer_steps` minibatch updates follow; a non-finite loss or gradient never reaches `optimizer.step()`:
+the rest of the batch is skipped and counted, and a batch with no applied update publishes nothing. Crash
+safety: the state (weights, optimiser, version) is written atomically *before* version v is published, and
+publishing is idempotent, so a restart resumes at the last saved version and publishes it only if it is
+missing: no version is published twice or skipped; it resumes only with the rollout settings it saved (task,
+prompt format, length, temperature), so no run trains on two of them. Memory: a minibatch's gradient is
+accumulated over micro-batches within the logit and token budgets (`node.rollout.microbatch`), each
+backpropagated before the next is built, with the whole minibatch's loss normaliser, so it equals the gradient
+of the minibatch taken whole and the recipe's lengths and batch sizes never set the peak.
 """
 
 from __future__ import annotations
