@@ -14,6 +14,16 @@ Validator B is killed mid-verification and restarted from its ledger; data that 
 retried for half the vote window. The trainer's verdict book admits exactly the honest batch. After the
 appeal window a keeper finalizes every lease.
 
+Partial cheats (kind "partial"), against sampled verification: a job of 8 tasks x 8 samples per lease whose
+first-round members each verify 1/8 of a batch (8 rollouts, drawn from randomness fixed after submission),
+three validator daemons (so the whole expected committee of 3 sits) and three cheating workers that
+teacher-force the answers of 1 of 64, 1 of 8 and half of their rollouts (the rest honestly sampled) and keep
+claiming leases until one is caught (at most PARTIAL_MAX_LEASES). Each lease runs to its final outcome: a
+member whose sample holds a fake rejects and appeals, the appeal round verifies everything. Reported per
+cheater: leases until caught against the sizing rule's 1 / P(c), P(c) = 1 - (1 - c)^(8 x 3), and its net
+gain (the faked part's pay of every accepted lease, less the collateral it lost: the honest part's pay is
+wages); the validators' net (none may lose: sampled accepts of a batch finally rejected are not slashable).
+
 Economic attacks (kind "economic"), on the real contracts through the Python bindings; votes are cast
 directly, because the question is who gains, not how a batch is checked. Honest parties follow the
 protocol: they vote the truth, appeal every round they lost while appeals remain, slash the losers
@@ -44,7 +54,8 @@ finalize, withdrawPayment) over its accepted samples.
 Invariants (asserted by tests/test_validator.py on the --quick run): the honest worker is paid in full and
 never slashed; every cheat is rejected and loses its whole collateral; each validator votes exactly once
 per lease; the trainer admits only the honest batch; for every case attacker_net_wei <= 0 and
-honest_loss_wei == 0; a colluding minority loses at every share below half of the validator stake, and
+honest_loss_wei == 0; every partial cheater is caught and its net gain is negative, and no validator loses;
+a colluding minority loses at every share below half of the validator stake, and
 collusion first pays from a share above one half (the final round is a vote of every validator by stake).
 All work is bounded by counts (leases, claims, sweep points), never by wall-clock time.
 
@@ -56,6 +67,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import random
 import re
 import tempfile
 import time
@@ -93,6 +105,7 @@ from rollnet.node.p2p.host import P2PNode
 from rollnet.node.p2p.identity import PeerIdentity, load_or_create_identity
 from rollnet.node.p2p.objects import ObjectStore, object_root
 from rollnet.node.rollout.generate import Rollout, generate
+from rollnet.node.sampling import catch_probability, expected_leases_until_caught
 from rollnet.node.spec import JobSpecFile
 from rollnet.node.tasks import load_task
 from rollnet.node.verdicts import ChainCommittee, VerdictBook, seal_verdict
@@ -117,6 +130,8 @@ B_KILLED_AFTER_FETCHES = 4
 WORKER_STAKE = 5 * ETH  # each cheat scenario worker's
 POLICY_ROOT = b"\x11" * 32  # version 1 of the economic cases' jobs (no model is needed there)
 HONEST_VALIDATORS, COLLUDERS = 5, 3  # the collusion sweep's 8 validators
+PARTIAL_CHEATS = {"1 of 64": 1, "1 of 8": 8, "half": 32}  # rollouts faked per lease of 64
+PARTIAL_MAX_LEASES = 40  # a 1-of-64 cheat escapes 40 leases with chance (63/64)^(8 x 3 x 40), about 1e-4
 SWEEP_STAKE = 200 * ETH  # all validators' stake in each sweep point
 
 
@@ -919,16 +934,29 @@ def settle_cheats(market: Market, job: str, judges: Judges, requester: Party, ho
     return paid
 
 
-def cheat_scenario(url: str, deployer: ChainClient, policies: Policies, work: Path) -> dict:
+def in_swarm(scenario: Callable[[Market, Swarm, Policies], dict], url: str, deployer: ChainClient,
+             policies: Policies, work: Path) -> dict:
+    """Run `scenario` on its own market and libp2p swarm, whose hosts are stopped however it ends."""
     market = Market(url, deployer)
     swarm = Swarm(market, work)
     try:
-        return _cheat_scenario(market, swarm, policies)
+        return scenario(market, swarm, policies)
     finally:
         swarm.stop()
 
 
-def _cheat_scenario(market: Market, swarm: Swarm, policies: Policies) -> dict:
+def publish_policies(swarm: Swarm, requester: Party, job: str, policies: Policies) -> StorePolicies:
+    """The trainer stores version 1 as an anchor and version 2 as a signed delta and publishes both roots;
+    validators rebuild each claimed version from them and check it against the root on chain."""
+    store = PolicyStore(swarm.work / "policies", trainer=requester.address)
+    store.publish(1, bf16_policy(policies.v1), requester.client.account)
+    store.publish(2, bf16_policy(policies.v2), requester.client.account, previous=bf16_policy(policies.v1))
+    for version in (1, 2):
+        requester.job(job).publish_policy(version, policies.roots[version])
+    return StorePolicies(store, policies.base, policies.tokenizer, swarm.market.view(job).policy_root)
+
+
+def cheat_scenario(market: Market, swarm: Swarm, policies: Policies) -> dict:
     requester = market.party("requester", REQUESTER)
     validators = [market.party(f"validator {name}", 2 + i) for i, name in enumerate("ab")]
     workers = {case: market.party(f"worker: {case}", 4 + i, honest=case == "honest") for i, case in enumerate(CASES)}
@@ -939,15 +967,8 @@ def _cheat_scenario(market: Market, swarm: Swarm, policies: Policies) -> dict:
         swarm.join(party, Role.WORKER, WORKER_STAKE)
     spec = cheat_spec()
     job = market.create_job(requester, spec, 2 * ETH)
-    # The trainer stores version 1 as an anchor and version 2 as a signed delta; validators rebuild each
-    # claimed version from them and check it against the root published on chain.
-    store = PolicyStore(swarm.work / "policies", trainer=requester.address)
-    store.publish(1, bf16_policy(policies.v1), requester.client.account)
-    store.publish(2, bf16_policy(policies.v2), requester.client.account, previous=bf16_policy(policies.v1))
-    for version in (1, 2):
-        requester.job(job).publish_policy(version, policies.roots[version])
+    judges = Judges(swarm, job, validators, publish_policies(swarm, requester, job, policies))
     view = market.view(job)
-    judges = Judges(swarm, job, validators, StorePolicies(store, policies.base, policies.tokenizer, view.policy_root))
 
     submitted = submit_cheats(market, job, workers, swarm, policies, spec)
     restarted = judges.run()
@@ -991,6 +1012,110 @@ def _cheat_scenario(market: Market, swarm: Swarm, policies: Policies) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------------- partial cheats
+
+def partial_spec() -> JobSpecFile:
+    """64 rollouts a lease, each first-round member verifying 1/8 of them; 1 of 64 is the smallest cheat."""
+    return cheat_spec().model_copy(update={"group_size": 8, "tasks_per_lease": 8, "sampled_fraction": Decimal("0.125"),
+                                           "detectable_cheat_fraction": Decimal("0.015625")})
+
+
+def partial_submission(job: str, lease: Lease, account: LocalAccount, policies: Policies, spec: JobSpecFile,
+                       faked: int) -> tuple[bytes, list[int]]:
+    """An honest batch at version 2 with `faked` rollouts (at random positions) replaced by teacher-forced
+    answers that keep the recipe's bounds and recomputed rewards: only the model's checks can tell them.
+    Returns the signed submission and the faked positions (lease order)."""
+    instances = leased_instances(TASK, lease, spec.tasks_per_lease)
+    rollouts = generate(policies.v2, policies.tokenizer, instances, spec.group_size, max_new_tokens=6,
+                        policy_version=2, policy_root=policies.roots[2].hex())
+    positions = sorted(random.Random(lease.seed).sample(range(len(rollouts)), faked))
+    for index in positions:
+        rollout = rollouts[index]
+        rollout.text = TASK.instance(rollout.task_seed).answer
+        rollout.tokens = policies.tokenizer.encode(rollout.text) + [policies.tokenizer.eos_token_id]
+        rollout.logprobs = [0.0] * len(rollout.tokens)
+    return submission_bytes(job, lease, account, TASK, rollouts, 2), positions
+
+
+def run_to_final(market: Market, judges: Judges, job: str, lease_id: int, steps: int = 12) -> Lease:
+    """Let the three daemons verify, vote, appeal and settle the lease: run them all; where that changed
+    nothing, move the clock past the lease's current deadline (vote or appeal window)."""
+    view = market.view(job)
+    for _ in range(steps):
+        before = view.lease(lease_id)
+        for party in judges.validators:
+            judges.daemon(party).run_once()
+        lease = view.lease(lease_id)
+        if lease.final:
+            for party in judges.validators:  # slash losers, collect rewards
+                judges.daemon(party).run_once()
+            return lease
+        if (lease.round, lease.status, lease.outcome) == (before.round, before.status, before.outcome):
+            market.advance_to(lease.deadline + 1)
+    raise RuntimeError(f"lease {lease_id} did not settle in {steps} steps")
+
+
+def partial_scenario(market: Market, swarm: Swarm, policies: Policies) -> dict:
+    requester = market.party("requester", REQUESTER)
+    validators = [market.party(f"validator {name}", 2 + i) for i, name in enumerate("abc")]
+    cheaters = {name: market.party(f"worker: fakes {name}", 5 + i, honest=False)
+                for i, name in enumerate(PARTIAL_CHEATS)}
+    books = Books(market, [requester, *validators, *cheaters.values()])
+    for party in validators:
+        swarm.join(party, Role.VALIDATOR, 10 * ETH)
+    for party in cheaters.values():
+        swarm.join(party, Role.WORKER, WORKER_STAKE)
+    spec = partial_spec()
+    job = market.create_job(requester, spec, 20 * ETH)
+    judges = Judges(swarm, job, validators, publish_policies(swarm, requester, job, policies))
+    view = market.view(job)
+    chain_spec = view.spec()
+    lease_cost = view.lease_cost()
+    rows = []
+    for name, faked in PARTIAL_CHEATS.items():
+        party = cheaters[name]
+        leases, caught_by, paid_for_fakes = 0, None, 0
+        while caught_by is None and leases < PARTIAL_MAX_LEASES:
+            lease = claim_with_seed(party.job(job))
+            data, positions = partial_submission(job, lease, party.client.account, policies, spec, faked)
+            party.job(job).submit(lease.lease_id, swarm.nodes[party.name].store.put(data), 2)
+            leases += 1
+            final = run_to_final(market, judges, job, lease.lease_id)
+            if final.status is LeaseStatus.PAID:  # the honest part's pay is a wage, the faked part's a gain
+                fake_pay = lease_cost * faked // chain_spec.rollouts_per_lease
+                party.wage_wei += lease_cost - fake_pay
+                requester.purchases_wei += lease_cost - fake_pay
+                paid_for_fakes += fake_pay
+            elif final.status is LeaseStatus.SLASHED:
+                caught_by = final.round
+        Keeper(party.job(job), EventLog(None)).collect([i for i in range(1, view.lease_count() + 1)
+                                                        if view.lease(i).worker == party.address])
+        fraction = faked / chain_spec.rollouts_per_lease
+        rows.append({"name": f"partial cheat: fakes {name}", "kind": "partial", "faked_per_lease": faked,
+                     "cheat_fraction": fraction, "leases": leases, "caught": caught_by is not None,
+                     "requester_paid_for_fakes_wei": paid_for_fakes,
+                     "caught_in_round": caught_by,
+                     "expected_leases_until_caught": round(expected_leases_until_caught(
+                         fraction, chain_spec.samples_checked, chain_spec.committee_size), 2),
+                     "catch_probability": round(catch_probability(
+                         fraction, chain_spec.samples_checked, chain_spec.committee_size), 4)})
+    close_job(requester, job)
+    nets = books.nets()
+    for row, party in zip(rows, cheaters.values(), strict=True):
+        row["attacker_net_wei"] = nets[party.name]
+        row["outcome"] = f"caught after {row['leases']} leases" if row["caught"] else f"not caught in {row['leases']}"
+    validator_nets = {p.name: nets[p.name] for p in validators}
+    # The validators must lose nothing. The requester pays for the fakes that went unnoticed (reported apart):
+    # sampling trades verification compute for that bounded loss, which the cheater's slash outweighs.
+    honest_loss = attacker_and_honest(validators, nets)["honest_loss_wei"]
+    for row in rows:
+        row["honest_loss_wei"] = honest_loss
+    return {"rows": rows, "validator_net_wei": validator_nets, "requester_net_wei": nets[requester.name],
+            "samples_checked": chain_spec.samples_checked, "rollouts_per_lease": chain_spec.rollouts_per_lease,
+            "committee_size": chain_spec.committee_size, "slashed_validators": sum(
+                1 for v in validators if market.registry.info(v.address).active < 10 * ETH)}
+
+
 # ---------------------------------------------------------------------------------------------- report
 
 def first_reason(reasons: list[str]) -> str:
@@ -1008,6 +1133,22 @@ def print_report(console: Console, report: dict) -> None:
                        f"{row['paid_wei'] / ETH:g}", eth(row["attacker_net_wei"]), "/".join(map(str, row["votes"])),
                        str(row["trainer_buffer_admitted"]), first_reason(row["reasons"]))
     console.print(cheats)
+    partial = report["partial"]
+    table = Table(title=f"partial cheats against sampled verification: each of {partial['committee_size']} members "
+                        f"verifies {partial['samples_checked']} of {partial['rollouts_per_lease']} rollouts")
+    for column in ("cheat", "P(caught) per lease", "leases until caught", "expected 1/P", "caught in round",
+                   "net ETH", "requester paid for fakes ETH"):
+        table.add_column(column, justify="right")
+    for row in (c for c in report["cases"] if c["kind"] == "partial"):
+        table.add_row(row["name"], f"{row['catch_probability']:.3f}",
+                      str(row["leases"]) + ("" if row["caught"] else " (not caught)"),
+                      f"{row['expected_leases_until_caught']:.2f}", str(row["caught_in_round"]),
+                      eth(row["attacker_net_wei"]), eth(row["requester_paid_for_fakes_wei"]))
+    console.print(table)
+    console.print(f"the requester paid {eth(-partial['requester_net_wei'])} ETH for fakes that went unnoticed "
+                  f"(the faked parts of accepted leases); validators' net over the partial cheats: "
+                  f"{ {k: eth(v) for k, v in partial['validator_net_wei'].items()} }; "
+                  f"validators slashed: {partial['slashed_validators']}")
     cases = Table(title="every case: net gains from chain state (gas excluded, wages taken out)")
     for column in ("case", "kind", "outcome", "attacker net ETH", "honest loss ETH"):
         cases.add_column(column)
@@ -1050,11 +1191,14 @@ def main() -> None:
     try:
         deployer = ChainClient(anvil.url, dev_account(DEPLOYER))
         with tempfile.TemporaryDirectory(prefix="rollnet-adversaries-") as work:
-            report = cheat_scenario(anvil.url, deployer, policies, Path(work))
+            report = in_swarm(cheat_scenario, anvil.url, deployer, policies, Path(work))
+        with tempfile.TemporaryDirectory(prefix="rollnet-partial-") as work:
+            partial = in_swarm(partial_scenario, anvil.url, deployer, policies, Path(work))
         rows, sweep = economic_cases(anvil.url, deployer, args.quick)
     finally:
         anvil.stop()
-    report = {"benchmark": "adversaries", "quick": args.quick, **report, "cases": [*report["cases"], *rows],
+    report = {"benchmark": "adversaries", "quick": args.quick, **report,
+              "cases": [*report["cases"], *partial.pop("rows"), *rows], "partial": partial,
               "collusion_sweep": sweep, "collusion_wins_from_share": wins_from(sweep),
               "seconds": round(time.perf_counter() - started, 1)}
     print_report(console, report)

@@ -15,98 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import queue
-import time
 from pathlib import Path
 
-PROMPTS, GROUP = 32, 8
-
-
-def generator(folder: str, max_ahead: int, batches: int, rollouts_out: multiprocessing.Queue,
-              weights_in: multiprocessing.Queue) -> None:
-    import safetensors.torch
-    import torch
-    from rollnet.node.model.loading import load_policy
-    from rollnet.node.rollout.generate import generate
-    from rollnet.node.tasks import load_task
-
-    torch.set_num_threads(1)
-    model, tokenizer = load_policy(Path(folder))
-    task = load_task("addition-2digit")
-    version, seed = 0, 0
-
-    def load(message: tuple) -> int:
-        new_version, payload = message
-        weights = safetensors.torch.load(payload)
-        with torch.no_grad():
-            for name, tensor in model.state_dict().items():
-                tensor.copy_(weights[name])
-        return new_version
-
-    for sent in range(batches):
-        while True:  # take every policy that has arrived; block only when too far ahead
-            try:
-                version = load(weights_in.get(block=sent - version > max_ahead))
-            except queue.Empty:
-                break
-        rollouts = generate(model, tokenizer, task.examples(range(seed, seed + PROMPTS)), GROUP, max_new_tokens=6,
-                            policy_version=version)
-        seed += PROMPTS
-        rollouts_out.put(rollouts)
-
-
-def trainer(folder: str, max_staleness: int, steps: int, rollouts_in: multiprocessing.Queue,
-            weights_out: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
-    import safetensors.torch
-    import torch
-    from rollnet.node.model.loading import load_policy
-    from rollnet.node.tasks import load_task
-    from rollnet.trainer.buffer import RolloutBuffer
-    from rollnet.trainer.config import GRPOConfig
-    from rollnet.trainer.trainer import Trainer, bf16_policy
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model, tokenizer = load_policy(Path(folder))
-    config = GRPOConfig.make(max_staleness=max_staleness, prompts_per_step=PROMPTS, group_size=GROUP)
-    grpo = Trainer(model, tokenizer, load_task("addition-2digit"), config)
-    buffer = RolloutBuffer(GROUP, max_staleness, model.config.vocab_size)
-    trained, started, busy = 0, None, 0.0
-    while grpo.version < steps:
-        buffer.admit_all(rollouts_in.get())
-        if started is None:
-            started = time.perf_counter()  # both arms: clock from the first batch's arrival
-        if buffer.ready_groups < PROMPTS:
-            continue
-        began = time.perf_counter()
-        report = grpo.train_on(buffer.take(PROMPTS))
-        busy += time.perf_counter() - began
-        trained += report.samples
-        buffer.advance(grpo.version)
-        # The policy crosses the process boundary as bytes (bf16 safetensors), as it would a network.
-        weights_out.put((grpo.version, safetensors.torch.save(bf16_policy(grpo.model))))
-    counts = buffer.counts
-    results.put({"seconds": time.perf_counter() - started, "trained_samples": trained,
-                 "samples_trained_on": sum(counts.staleness.values()), "train_busy_s": busy,
-                 "staleness": dict(sorted(counts.staleness.items())), "too_stale": counts.too_stale})
-
-
-def run_arm(folder: str, max_ahead: int, steps: int) -> dict:
-    context = multiprocessing.get_context("spawn")
-    rollouts, weights, results = context.Queue(), context.Queue(), context.Queue()
-    batches = steps + max_ahead + 1
-    processes = [
-        context.Process(target=generator, args=(folder, max_ahead, batches, rollouts, weights)),
-        context.Process(target=trainer, args=(folder, max(max_ahead, 0), steps, rollouts, weights, results)),
-    ]
-    for process in processes:
-        process.start()
-    result = results.get(timeout=1800)
-    processes[1].join(timeout=60)
-    processes[0].terminate()  # the generator may be waiting for a version that will never come
-    processes[0].join(timeout=10)
-    return result
+from rollnet.trainer.pipeline import GROUP, PROMPTS, run_arm
 
 
 def main() -> None:

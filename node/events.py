@@ -1,6 +1,7 @@
 """A participant's event log: one JSON object per line in `<data-dir>/events.jsonl`, appended as things happen.
 
-Invariant: each line is a complete JSON object with `t` (unix seconds) and `kind`, written with a single
+Invariant: each line is a complete JSON object with `t` (unix seconds), `cpu` (the process's CPU seconds so
+far, `time.process_time()`, so a run can tell what each role spent) and `kind`, written with a single
 `write` of the whole line and flushed, so a reader tailing the file (the devnet's live view and report)
 sees whole events only, and a process killed at any moment leaves every earlier event intact.
 """
@@ -26,7 +27,8 @@ class EventLog:
     def emit(self, kind: str, **fields: object) -> None:
         if self.path is None:
             return
-        line = json.dumps({"t": round(time.time(), 4), "kind": kind, **fields}, default=str) + "\n"
+        line = json.dumps({"t": round(time.time(), 4), "cpu": round(time.process_time(), 3), "kind": kind,
+                           **fields}, default=str) + "\n"
         with self._lock, self.path.open("a") as handle:
             handle.write(line)
 

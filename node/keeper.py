@@ -89,14 +89,18 @@ class Keeper:
         return action
 
     def slash_losers(self, lease_id: int, from_block: int = 0) -> int:
-        """Slash every voter who voted against a settled lease's final outcome (each once); returns how many.
+        """Slash every voter who voted against a settled lease's final outcome (each once; a sampled first round's
+        accepts of a rejected batch are not slashable); returns how many.
         `from_block` (the lease's submission block, when known) bounds the search for its votes."""
         lease = self.job.lease(lease_id)
         if lease.status not in SETTLED_STATUSES or lease.outcome not in (Outcome.ACCEPT, Outcome.REJECT):
             return 0
         accepted = lease.outcome is Outcome.ACCEPT
         votes = self.job.votes(lease_id, from_block=from_block)
-        losers = dict.fromkeys(v["validator"] for v in votes if v["accept"] != accepted)
+        # TrainingJob.slashLoser: a sampled first round's accept of a batch finally rejected was in good faith.
+        sampled_first = self.spec.samples_checked < self.spec.rollouts_per_lease
+        losers = dict.fromkeys(v["validator"] for v in votes if v["accept"] != accepted
+                               and not (sampled_first and not accepted and v["round"] == 0))
         slashed = 0
         for voter in losers:
             try:

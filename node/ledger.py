@@ -7,8 +7,10 @@ Invariants: a submission row is created once per (job, lease) and the event curs
 transaction as the rows and round changes it covers, so a crash between the two never loses or repeats an
 event; a row's round only moves forward, and moving it forgets the membership of the old round; a verdict
 is written before any vote is sent and never changes, so after a restart the same verdict is voted (never
-a second, different one); `voted_round` only grows; a row's stage only moves forward (open, closed), so the
-per-round work covers leases that are not final only.
+a second, different one), with one exception: an accept from a sampled audit (`audited` holds how many
+rollouts were verified) may be replaced once by the verdict of an audit of the whole batch (an appeal
+round verifies everything), and never the other way; `voted_round` only grows; a row's stage only moves
+forward (open, closed), so the per-round work covers leases that are not final only.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ class SubmissionRow(Base):
     round: Mapped[int] = mapped_column(Integer, default=0)
     member_weight: Mapped[str | None] = mapped_column(String, nullable=True)  # wei as text; None: not known yet
     voted_round: Mapped[int] = mapped_column(Integer, default=-1)
+    audited: Mapped[int | None] = mapped_column(Integer, nullable=True)  # rollouts verified; None: all of them
 
 
 OPEN, CLOSED = 0, 2
 MIGRATIONS = {  # columns added after the first ledgers were written
     "stage": "INTEGER DEFAULT 0", "round": "INTEGER DEFAULT 0", "member_weight": "VARCHAR",
-    "voted_round": "INTEGER DEFAULT -1",
+    "voted_round": "INTEGER DEFAULT -1", "audited": "INTEGER",
 }
 
 
@@ -65,10 +68,16 @@ class Pending:
     round: int = 0
     member_weight: int | None = None
     voted_round: int = -1
+    audited: int | None = None  # rollouts the verdict verified (None: every one)
 
     @property
     def member(self) -> bool:
         return bool(self.member_weight)
+
+    @property
+    def sampled_accept(self) -> bool:
+        """Whether the verdict is an accept that verified only a sample: it proves no batch good."""
+        return bool(self.accept) and self.audited is not None
 
 
 class SubmissionLedger:
@@ -116,7 +125,7 @@ class SubmissionLedger:
             rows = session.scalars(select(SubmissionRow).where(SubmissionRow.job == job.lower(), *conditions)
                                    .order_by(SubmissionRow.lease_id))
             return [Pending(r.job, r.lease_id, r.root, r.worker, r.policy_version, r.accept, r.reason, r.round,
-                            None if r.member_weight is None else int(r.member_weight), r.voted_round)
+                            None if r.member_weight is None else int(r.member_weight), r.voted_round, r.audited)
                     for r in rows]
 
     def unjudged(self, job: str) -> list[Pending]:
@@ -155,11 +164,15 @@ class SubmissionLedger:
     def close(self, job: str, lease_id: int) -> None:
         self._update(job, lease_id, stage=CLOSED)
 
-    def record_verdict(self, job: str, lease_id: int, accept: bool, reason: str) -> None:
+    def record_verdict(self, job: str, lease_id: int, accept: bool, reason: str, audited: int | None = None) -> None:
+        """Write a verdict that verified `audited` rollouts (None: all); see the invariant for when one changes."""
         with Session(self.engine) as session, session.begin():
             row = session.get(SubmissionRow, (job.lower(), lease_id))
-            if row is not None and row.accept is None:  # a verdict, once written, never changes
-                row.accept, row.reason = accept, reason
+            if row is None:
+                return
+            sampled_accept = bool(row.accept) and row.audited is not None
+            if row.accept is None or (sampled_accept and audited is None):
+                row.accept, row.reason, row.audited = accept, reason, audited
 
     def mark_attested(self, job: str, lease_ids: list[int]) -> None:
         with Session(self.engine) as session, session.begin():

@@ -22,6 +22,7 @@ from eth_utils import is_address, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_MODEL, EMBEDDED_ROOT, EMBEDDED_TASK, PRESETS
+from rollnet.node.sampling import PPM, samples_checked
 from rollnet.node.units import WEI_PER_ETH, eth_to_wei
 
 DAY = 86_400
@@ -58,6 +59,7 @@ CONTRACT_FIELDS = {
     "appealBond": "appeal_bond_eth", "modelHash": "model_root", "taskConfigHash": "task",
     "modelFilesHash": "model_files_hash",
     "modelName": "model", "taskName": "task", "maxNewTokens": "max_new_tokens", "temperatureMilli": "temperature",
+    "samplesChecked": "sampled_fraction", "minCheatPpm": "detectable_cheat_fraction",
 }
 MAX_NEW_TOKENS = 4096  # JobFactory.MAX_NEW_TOKENS
 MAX_TEMPERATURE = Decimal(5)  # JobFactory.MAX_TEMPERATURE_MILLI / 1000
@@ -96,6 +98,11 @@ class JobSpecFile(BaseModel):
     voter_slash_eth: EthAmount
     absent_penalty_eth: EthAmount
     appeal_bond_eth: EthAmount
+    # 1/32: verification costs at most a tenth of generation at committee size 3 (BENCHMARKS.md, issue 17)
+    sampled_fraction: Decimal = Field(Decimal("0.03125"), gt=0, le=1, description="part of a batch each "
+                                      "first-round committee member verifies (appeal rounds verify all)")
+    detectable_cheat_fraction: Decimal = Field(Decimal("0.01"), ge=Decimal("0.000001"), le=1,
+                                               description="smallest faked part of a batch the sizing rule covers")
 
     @model_validator(mode="before")
     @classmethod
@@ -140,7 +147,18 @@ class JobSpecFile(BaseModel):
         for name in ("clip_epsilon", "clip_delta", "temperature"):
             if (getattr(self, name) * 1000) % 1 != 0:
                 raise ValueError(f"{name} has more than 3 decimal places")
+        if (self.detectable_cheat_fraction * PPM) % 1 != 0:
+            raise ValueError("detectable_cheat_fraction has more than 6 decimal places (the chain counts in ppm)")
         return self
+
+    @property
+    def rollouts_per_lease(self) -> int:
+        return self.group_size * self.tasks_per_lease
+
+    @property
+    def samples_checked(self) -> int:
+        """Rollouts each first-round committee member verifies: ceil(sampled_fraction x rollouts per lease)."""
+        return samples_checked(self.sampled_fraction, self.rollouts_per_lease)
 
     @property
     def pinned_by_rollnet(self) -> bool:
@@ -205,6 +223,8 @@ class JobSpecFile(BaseModel):
             self.chat_template,
             self.stop_on_eos,
             self.files_hash_of_version_zero(),
+            self.samples_checked,
+            int(self.detectable_cheat_fraction * PPM),
         )
 
     def lease_cost_wei(self) -> int:
@@ -303,6 +323,15 @@ def explain_spec_refusal(error_name: str | None, args: dict, source: str) -> Con
                            "most the worker minimum stake, voter_slash_eth the validator minimum; expiry_fee_eth "
                            "<= slash_eth; absent_penalty_eth <= voter_slash_eth / 10; vote_seconds and "
                            "appeal_seconds at least 60)")
+    if error_name == "CheatNotDeterred":
+        percent = 100 * int(args.get("cheatPpm", 0)) / PPM
+        return ConfigError(
+            f"{source}: a cheat on {percent:g}% of a batch would pay: its expected slash "
+            f"({Decimal(int(args.get('expectedSlash', 0))) / WEI_PER_ETH:f} ETH: slash_eth times the chance that "
+            f"a first committee of committee_size members, each verifying sampled_fraction of the batch, catches "
+            f"it) does not exceed its gain (that part's pay, {Decimal(int(args.get('gain', 0))) / WEI_PER_ETH:f} "
+            "ETH): raise slash_eth above a lease's pay (reward_per_sample_eth x group_size x tasks_per_lease), "
+            "or verify more (sampled_fraction, committee_size)")
     if error_name == "TimelineTooLong":
         return ConfigError(
             f"{source}: lease_seconds + (appeal_rounds + 1) x vote_seconds + appeal_rounds x appeal_seconds + one "

@@ -75,14 +75,21 @@ TAMPERS: dict[str, Callable[[PreTrainedTokenizerFast], Tamper]] = {}
 log = logging.getLogger(__name__)
 
 
-def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2) -> Lease:
+def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2,
+                    timings: dict[str, float] | None = None) -> Lease:
     """Claim a lease and draw its prompt seed once the claim block is in the past (on an idle chain that
-    needs another block: anvil mines one per transaction, so the draw itself comes next)."""
+    needs another block: anvil mines one per transaction, so the draw itself comes next). `timings`, if given,
+    gets the seconds of the claim (`claim_s`) and of waiting for and drawing the seed (`seed_wait_s`)."""
+    started = time.perf_counter()
     lease = job.claim()
+    claimed = time.perf_counter()
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return job.draw_seed(lease.lease_id)
+            drawn = job.draw_seed(lease.lease_id)
+            if timings is not None:
+                timings.update(claim_s=claimed - started, seed_wait_s=time.perf_counter() - claimed)
+            return drawn
         except (ContractRevert, ChainUnavailable) as exc:
             retry = isinstance(exc, ChainUnavailable) or exc.error_name == "RandomnessNotReady"
             if not retry or time.monotonic() > deadline:
@@ -92,22 +99,30 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
 
 def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
                store: ObjectStore, *, policy_version: int, policy_root: str, delay_s: float = 0.0,
-               tamper: Tamper = HONEST) -> SubmittedLease:
+               tamper: Tamper = HONEST, timings: dict[str, float] | None = None) -> SubmittedLease:
     """Generate, prove and submit one lease's batch exactly as the job's on-chain recipe says (length,
-    temperature, EOS), so the validators check what the worker did."""
+    temperature, EOS), so the validators check what the worker did. `timings`, if given, gets the seconds of
+    generation with its proofs (`generate_s`), signing and storing (`store_s`) and the submit transaction
+    (`submit_s`)."""
     if not lease.seed_drawn:
         raise RollnetError(f"lease {lease.lease_id} has no prompt seed yet: draw it first (claim_with_seed)")
     spec = job.spec()
     recipe = spec.recipe
+    started = time.perf_counter()
     rollouts = backend.generate(leased_instances(task, lease, spec.tasks_per_lease), spec.group_size,
                                 max_new_tokens=recipe.max_new_tokens, temperature=recipe.temperature,
                                 policy_version=policy_version, policy_root=policy_root,
                                 ignore_eos=not recipe.stop_on_eos)
+    generated = time.perf_counter()
     data = submission_bytes(job.address, lease, worker, task, rollouts, policy_version, tamper.rollouts(rollouts))
     root = object_root(data) if tamper.withhold else store.put(data)
     if delay_s:
         time.sleep(delay_s)  # slower hardware: the policy ages while the batch is produced
+    stored = time.perf_counter()
     job.submit(lease.lease_id, root, policy_version)
+    if timings is not None:
+        timings.update(generate_s=generated - started, store_s=stored - generated,
+                       submit_s=time.perf_counter() - stored)
     return SubmittedLease(lease.lease_id, root, data, rollouts)
 
 
@@ -150,13 +165,14 @@ class WorkerLoop:
             self.follower.wait_for(current - self.job.spec().max_staleness, timeout=2.0)
             return False
         backend = self.policies.at(version)
-        lease = claim_with_seed(self.job)
+        timings: dict[str, float] = {}
+        lease = claim_with_seed(self.job, timings=timings)
         self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
         started = time.perf_counter()
         try:
             done = work_lease(self.job, lease, self.account, self.task, backend, self.store,
                               policy_version=version, policy_root=self.job.policy_root(version).hex(),
-                              delay_s=self.delay_s, tamper=self.tamper)
+                              delay_s=self.delay_s, tamper=self.tamper, timings=timings)
         except ContractRevert as exc:
             if exc.error_name not in ("StalePolicy", "LeaseExpired"):
                 raise
@@ -169,7 +185,8 @@ class WorkerLoop:
         self._undecided.append(lease.lease_id)
         self.events.emit("submit", lease=lease.lease_id, version=version, chain_version=chain_version,
                          g=chain_version - version, rollouts=len(done.rollouts), root=done.root.hex(),
-                         seconds=round(time.perf_counter() - started, 4))
+                         seconds=round(time.perf_counter() - started, 4),
+                         **{name: round(value, 4) for name, value in timings.items()})
         return True
 
     def keep(self) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO, needs_real, needs_vllm
 
 
@@ -112,6 +113,25 @@ def test_async_throughput_benchmark_quick(tmp_path: Path, model_home: Path) -> N
     sync, overlapped = report["arms"]
     assert set(sync["staleness"]) == {"0"} and max(int(g) for g in overlapped["staleness"]) <= 4
     assert sync["samples_per_s"] > 0 and overlapped["samples_per_s"] > 0 and report["speedup"] > 0
+
+
+def test_sampled_verification_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
+    report = run_bench("sampled_verify", tmp_path, {"ROLLNET_HOME": str(model_home)})
+    rows = {row["f"]: row for row in report["rows"]}
+    assert [rows[f]["samples_per_member"] for f in ("1/32", "1/8", "1")] == [2, 8, 64]  # of a 64-rollout lease
+    assert rows["1"]["vs_full"] == 1 and all(row["fraction_of_generation"] > 0 for row in rows.values())
+
+
+def test_efficiency_benchmark_runs_the_three_arms(tmp_path: Path, model_home: Path) -> None:
+    """(a) sync, (b) async local and (c) the whole market on 2 steps; numbers are not asserted, their shape is."""
+    report = run_bench("efficiency", tmp_path, {"ROLLNET_HOME": str(model_home)},
+                       extra=("--steps", "2", "--out", str(tmp_path / "market")), timeout=900)
+    assert [run["arm"] for run in report["runs"]] == ["sync", "async_local", "market"]
+    assert all(run["samples_per_s"] > 0 and run["block_time_s"] == 0 for run in report["runs"])
+    market, local = report["runs"][2]["samples_per_s"], report["runs"][1]["samples_per_s"]
+    assert report["efficiency"]["embedded"] == pytest.approx(market / local)
+    assert report["latency"]["total"] > 0 and "verification" in report["latency"]
+    assert 0 < report["verification_fraction"]["embedded"]
 
 
 @needs_real

@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import ETH, client_for
 from rollnet.node.chain.anvil import AnvilProcess, free_port, start_anvil
-from rollnet.node.chain.client import ChainClient
+from rollnet.node.chain.client import ChainClient, fees_from_history
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
 from rollnet.node.errors import ChainUnavailable, ContractRevert, TransactionTimeout, WrongChain
@@ -103,3 +103,28 @@ def test_receipt_wait_times_out_with_a_clear_error(anvil: AnvilProcess) -> None:
         sender.transfer(dev_account(7).address, 1)
     sender.rpc("evm_mine", [])
     assert sender.w3.eth.get_transaction_count(sender.address) == 1
+
+
+def test_fees_come_from_the_nodes_fee_history() -> None:
+    """The median priority fee recent blocks paid (empty blocks do not count), else the node's suggestion; the cap
+    leaves room for the next block's base fee to double."""
+    assert fees_from_history([7, 8, 10], [0, 3, 5, 0, 4], None) == {"maxFeePerGas": 24, "maxPriorityFeePerGas": 4}
+    assert fees_from_history([7, 8, 10], [0, 0], 2) == {"maxFeePerGas": 22, "maxPriorityFeePerGas": 2}
+
+
+def test_transactions_mine_on_a_chain_with_real_block_times(tmp_path: object) -> None:
+    """With a block every second (`anvil --block-time 1`, an L2's cadence scaled down), a transaction waits for
+    its block, pays the fees the node's history asks, and the node's base fee is what it was priced against."""
+    node = start_anvil(extra_args=["--block-time", "1"])
+    try:
+        sender = ChainClient(node.url, dev_account(0))
+        started = sender.block_number()
+        receipt = sender.transfer(dev_account(11).address, 1)
+        assert receipt["status"] == 1 and receipt["blockNumber"] > started
+        block = sender.w3.eth.get_block(receipt["blockNumber"])
+        fees = sender._current_fees()
+        assert receipt["effectiveGasPrice"] == block["baseFeePerGas"] + fees["maxPriorityFeePerGas"]
+        assert fees["maxFeePerGas"] >= 2 * block["baseFeePerGas"]
+        assert sender.fees_paid_wei == receipt["gasUsed"] * receipt["effectiveGasPrice"] > 0
+    finally:
+        node.stop()

@@ -158,6 +158,12 @@ def _spec_with(tmp_path: Path, old: str, new: str) -> Path:
          r"field 'model': rollnet pins the root only of the 'embedded' model for 'addition-2digit' and of the presets "
          r"smollm2 \(any task\); for 'llama-9000'"),
         ('reward_per_sample_eth = "0.001"', 'reward_per_sample_eth = "1e70"', r"field 'reward_per_sample_eth'"),
+        # A lease pays 64 x 0.02 = 1.28 ETH against a 1 ETH slash: faking all of it would pay.
+        ('reward_per_sample_eth = "0.001"', 'reward_per_sample_eth = "0.02"',
+         r"a cheat on 100% of a batch would pay: its expected slash \(1 ETH.*its gain \(that part's pay, 1\.28 ETH\)"),
+        ("sampled_fraction = 0.03125 ", "sampled_fraction = 0 ", r"field 'sampled_fraction': Input should be greater"),
+        ("detectable_cheat_fraction = 0.01 ", "detectable_cheat_fraction = 0.0000001 ",
+         r"field 'detectable_cheat_fraction'"),
     ],
 )
 def test_bad_spec_fields(chain_up: Deployment, capsys: pytest.CaptureFixture, tmp_path: Path,

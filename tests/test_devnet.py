@@ -85,7 +85,7 @@ def test_a_two_step_devnet_pays_its_workers_behind_stake_gates_and_writes_the_re
     from rollnet.devnet import watch
 
     config = DevnetConfig(out=tmp_path / "run", workers=2, validators=1, steps=2, worker_delays=(),
-                          model=default_model(model_home), held_out_every=1)
+                          model=default_model(model_home), held_out_every=1, baseline_steps=3)
     net = Devnet(config)
     try:
         net.start()
@@ -121,6 +121,18 @@ def test_a_two_step_devnet_pays_its_workers_behind_stake_gates_and_writes_the_re
     for name in ("report.json", "report.md", *PLOTS):
         assert (tmp_path / "run" / name).stat().st_size > 0
     assert "held-out greedy accuracy" in (tmp_path / "run" / "report.md").read_text()
+    # Where the leases' time went, what the market trained per second against the local pipeline, and the CPU
+    latency = report["latency"]
+    for stage in ("claim", "seed wait", "generation + proofs", "submit", "seen by validators", "committee done",
+                  "fetch", "verification", "verdict gossip + admission"):
+        assert latency[stage] >= 0, stage
+    assert latency["total"] >= latency["generation + proofs"] + latency["committee done"] > 0
+    assert report["throughput"]["trained_samples_per_s"] > 0 and 0 < report["throughput"]["verification_fraction"]
+    assert report["baseline"]["samples_per_s"] > 0 and report["efficiency"] > 0
+    assert {"trainer", "worker", "validator", "chain", "orchestrator"} <= set(report["cpu"]["seconds"])
+    assert all(0 <= share <= 1 for share in report["cpu"]["share"].values())
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    assert "## Where a lease's time goes" in markdown and "efficiency against the local" in markdown
     for person in ("trainer", "worker-0", "worker-1", "validator-0"):  # every process kept its own data
         assert (tmp_path / "run" / person / "events.jsonl").exists()
     assert (tmp_path / "run" / "validator-0" / "validator.sqlite").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,13 @@ def test_adversaries_are_rejected_and_slashed_and_the_honest_worker_is_paid(tmp_
 
     for case in report["cases"]:  # no attack pays, and no honest party loses (gas excluded)
         assert case["attacker_net_wei"] <= 0 and case["honest_loss_wei"] == 0, case
+    partial = [case for case in report["cases"] if case["kind"] == "partial"]
+    assert [case["faked_per_lease"] for case in partial] == [1, 8, 32]
+    for case in partial:  # sampled verification: each caught, at a loss; no validator slashed for a sampled accept
+        assert case["caught"] and case["attacker_net_wei"] < 0, case
+        assert case["leases"] <= 40 and 0 < case["catch_probability"] <= 1, case
+    assert report["partial"]["slashed_validators"] == 0
+    assert -report["partial"]["requester_net_wei"] == sum(c["requester_paid_for_fakes_wei"] for c in partial)
     economic = [case for case in report["cases"] if case["kind"] == "economic"]
     for word in ("requester", "collusion", "appeal", "hoard", "grind", "squat"):
         assert any(word in case["name"] for case in economic), word
@@ -150,6 +158,35 @@ def test_store_records_each_event_once_and_keeps_the_first_verdict(tmp_path: Pat
     assert [(p.lease_id, p.accept, p.reason) for p in again.unattested(JOB)] == [(1, False, "bad")]
     again.mark_attested(JOB, [1])
     assert again.unattested(JOB) == [] and [p.lease_id for p in again.unjudged(JOB)] == [2]
+
+
+def test_store_lets_a_full_audit_replace_only_a_sampled_accept(tmp_path: Path) -> None:
+    """A sample proves a fake, never a good batch: a sampled accept gives way once to an appeal round's full
+    audit; a sampled reject, or any full verdict, never changes; and a ledger written before sampling existed
+    (no `audited` column) reads its verdicts as full ones."""
+    store = SubmissionLedger(tmp_path / "v.sqlite")
+    store.record_events(JOB, [(i, bytes([i]) * 32, OTHER.address, 2) for i in (1, 2, 3)], up_to_block=10)
+    store.record_verdict(JOB, 1, True, "ok", audited=8)
+    store.record_verdict(JOB, 1, True, "ok again", audited=8)  # another sample: no
+    assert [(p.accept, p.sampled_accept) for p in store.all(JOB) if p.lease_id == 1] == [(True, True)]
+    store.record_verdict(JOB, 1, False, "task 4 sample 2: TOPLOC mismatch")  # the full audit
+    store.record_verdict(JOB, 1, True, "ok", audited=None)  # and nothing after it
+    store.record_verdict(JOB, 2, False, "task 1 sample 0: bad", audited=8)
+    store.record_verdict(JOB, 2, True, "ok")  # a sampled reject found a fake: it stands
+    store.record_verdict(JOB, 3, True, "ok")
+    store.record_verdict(JOB, 3, False, "no", audited=None)
+    rows = {p.lease_id: (p.accept, p.reason, p.audited) for p in SubmissionLedger(tmp_path / "v.sqlite").all(JOB)}
+    assert rows == {1: (False, "task 4 sample 2: TOPLOC mismatch", None), 2: (False, "task 1 sample 0: bad", 8),
+                    3: (True, "ok", None)}
+    old = tmp_path / "old.sqlite"
+    with sqlite3.connect(old) as connection:
+        connection.execute("CREATE TABLE submissions (job VARCHAR(42) NOT NULL, lease_id INTEGER NOT NULL, "
+                           "root BLOB, worker VARCHAR(42), policy_version INTEGER, accept BOOLEAN, reason VARCHAR, "
+                           "attested BOOLEAN, PRIMARY KEY (job, lease_id))")
+        connection.execute("INSERT INTO submissions VALUES (?, 1, ?, ?, 2, 1, 'ok', 0)",
+                           (JOB.lower(), b"\x01" * 32, OTHER.address))
+    (row,) = SubmissionLedger(old).all(JOB)
+    assert (row.accept, row.audited, row.sampled_accept) == (True, None, False)
 
 
 def test_store_follows_rounds_forward_and_forgets_the_old_membership(tmp_path: Path) -> None:

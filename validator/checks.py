@@ -5,9 +5,12 @@ on chain; the submission parses; its header names this job, this lease, the leas
 on chain; it is signed by the lease holder, who is an active staked worker; its policy root is the one
 the trainer published for that version; its rollouts are exactly group_size samples of each leased task
 (seeds from the chain), no more and no others; every claimed reward equals the one recomputed from the
-completion tokens; and each rollout passes the prompt, completion-bounds (ends exactly at EOS or at the
-recipe's max new tokens), seeded-sampling, TOPLOC and claimed log-prob checks at the claimed version and the
-recipe's generation settings (see `rollnet.node.rollout.verify`). A rejection says which check failed and why.
+completion tokens; every completion is within the recipe's bounds (ends exactly at EOS or at its max new
+tokens); and each audited rollout passes the prompt, seeded-sampling, TOPLOC and claimed log-prob checks at the
+claimed version and the recipe's generation settings (see `rollnet.node.rollout.verify`). The audited
+rollouts are all of them, or the member's sample (`rollnet.node.sampling`, indices in lease order): the
+checks above it cost no model and always cover the whole batch, only the model's checks are sampled. A
+rejection says which check failed and why.
 """
 
 from __future__ import annotations
@@ -58,9 +61,12 @@ class SubmissionContext:
 def check_submission(data: bytes | None, context: SubmissionContext, task: Task, model: PreTrainedModel,
                      tokenizer: PreTrainedTokenizerFast, *, temperature: float = 1.0, max_new_tokens: int | None = None,
                      eos_token_ids: Collection[int] | None = None, stop_on_eos: bool = True,
-                     logprob_tolerance: float | None = LOGPROB_TOLERANCE) -> Check:
+                     logprob_tolerance: float | None = LOGPROB_TOLERANCE,
+                     audit: Collection[int] | None = None) -> Check:
     """The recipe's generation settings (temperature, max new tokens, the EOS set, stop on EOS) are what the
-    rollouts are checked against; without `max_new_tokens` completion lengths go unchecked."""
+    rollouts are checked against; without `max_new_tokens` completion lengths go unchecked. `audit` (indices
+    in lease order: rollout t x group_size + s is sample s of the lease's task t) limits the model's checks to
+    those rollouts; None audits every one."""
     lease = context.lease
     if data is None:
         return reject(DATA_UNAVAILABLE)
@@ -85,8 +91,10 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
         return reject("the policy root is not the one published for that version")
     if batch.task != task.name:
         return reject(f"rollouts for task {batch.task!r}, the job's task is {task.name!r}")
-    expected = {(i.seed, s) for i in leased_instances(task, lease, context.tasks_per_lease)
+    position = {(instance.seed, s): t * context.group_size + s
+                for t, instance in enumerate(leased_instances(task, lease, context.tasks_per_lease))
                 for s in range(context.group_size)}
+    expected = set(position)
     got = [(r.task_seed, r.sample) for r in batch.rollouts]
     if len(got) != len(set(got)) or set(got) != expected:
         return reject("the rollouts are not exactly group_size samples of each leased task")
@@ -108,6 +116,9 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
             return reject(f"task {record.task_seed} sample {record.sample}: claimed reward {record.reward}, "
                           f"recomputed {recomputed}")
     rollouts = batch.to_rollouts()
+    if audit is not None:
+        audited = set(audit)
+        rollouts = [r for r in rollouts if position[(r.task_seed, r.sample)] in audited]
     verdicts = verify_rollouts(model, tokenizer, task, rollouts, temperature=temperature,
                                max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos,
                                logprob_tolerance=logprob_tolerance)

@@ -9,10 +9,15 @@ verdict is judged once, signed and handed to `publish` (for gossip) as soon as i
 block; a drawn member judges its round even if the round was decided before it could vote (a lucky
 minority may decide a sampled round at once), so that it can appeal it; data or a policy that cannot be
 obtained is waited for during the first half of the round's vote (or appeal) window before it counts
-against the worker; votes go out in `voteBatch` transactions, and before each one the chain is asked
-whether this validator already voted in that round, so a crash at any point neither loses nor duplicates a
-vote; a decision that contradicts this validator's verdict (unless that verdict was a rejection for lack of
-data) is appealed while appeals remain; chain errors back off and retry rather than skip.
+against the worker; in round 0 a member verifies with the model only its own sample of the batch
+(`rollnet.node.sampling`, from the round's committee seed, which the worker could not know), in appeal
+rounds every rollout, and a sampled accept is judged again in full when an appeal round draws this
+validator, and is never voted in such a round nor grounds for an appeal (a sample proves no batch good; the
+wronged worker appeals its own rejection); votes go out in `voteBatch` transactions, and before each one
+the chain is asked whether this validator already voted in that round, so a crash at any point neither loses
+nor duplicates a vote; a decision that contradicts this validator's verdict (unless that verdict was a
+rejection for lack of data, or a sampled accept) is appealed while appeals remain; chain errors back off
+and retry rather than skip.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from rollnet.node.events import EventLog
 from rollnet.node.keeper import Keeper, appeal_deadline, appealable, current_outcome
 from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.p2p.fetch import Fetcher
+from rollnet.node.sampling import sampled_indices
 from rollnet.node.tasks import Task
 from rollnet.node.verdicts import seal_verdict
 from rollnet.validator.checks import (
@@ -145,7 +151,7 @@ class ValidatorDaemon:
         judged = 0
         now = self._retrying(self._chain_time)
         for pending in self.store.open_rows(self.job.address):
-            if not pending.member or pending.accept is not None:
+            if not pending.member or (pending.accept is not None and not self._needs_full_audit(pending)):
                 continue
             lease = self._lease(pending.lease_id)
             if lease.round != pending.round:
@@ -171,28 +177,54 @@ class ValidatorDaemon:
                 self._record(pending, lease, False, f"{POLICY_UNAVAILABLE} ({exc})")
                 judged += 1
                 continue
+            fetch_started = time.perf_counter()
             data = self.fetch(lease.root, lease.worker)
+            fetch_s = time.perf_counter() - fetch_started
             if data is None and patient:
                 log.info("lease %d: data not available yet; retrying next round", pending.lease_id)
                 continue  # a busy or restarting worker gets half the vote window before "unavailable" counts
             recipe = self.spec.recipe  # every rollout is checked against the chain's generation settings
+            audit = self._audit(pending)
+            verify_started = time.perf_counter()
             try:
                 check = check_submission(data, context, self.task, model, tokenizer, temperature=recipe.temperature,
-                                         max_new_tokens=recipe.max_new_tokens, stop_on_eos=recipe.stop_on_eos)
+                                         max_new_tokens=recipe.max_new_tokens, stop_on_eos=recipe.stop_on_eos,
+                                         audit=audit)
             except (ValueError, OverflowError, IndexError, TypeError, KeyError) as exc:
                 # The checks refuse malformed input by name; anything that still breaks them is the batch's doing,
                 # and must cost a vote, never the daemon (which would re-judge it after a restart, forever).
                 log.warning("lease %d: the batch broke a check (%s: %s)", pending.lease_id, type(exc).__name__, exc)
                 check = Check(False, f"the batch breaks the validator's checks ({type(exc).__name__})")
-            self._record(pending, lease, check.accept, check.reason)
+            self._record(pending, lease, check.accept, check.reason, audit,
+                         timings={"fetch_s": round(fetch_s, 4),
+                                  "verify_s": round(time.perf_counter() - verify_started, 4)})
             judged += 1
         return judged
 
-    def _record(self, pending: Pending, lease: object, accept: bool, reason: str) -> None:
-        self.store.record_verdict(self.job.address, pending.lease_id, accept, reason)
+    @staticmethod
+    def _needs_full_audit(pending: Pending) -> bool:
+        """A sampled accept, in an appeal round this validator sits on: that round verifies every rollout."""
+        return pending.sampled_accept and pending.round > 0
+
+    def _audit(self, pending: Pending) -> list[int] | None:
+        """The rollouts (lease order) this member verifies with the model: its own sample in round 0 of a
+        sampled job, else all (None)."""
+        rollouts, samples = self.spec.rollouts_per_lease, self.spec.samples_checked
+        if pending.round > 0 or samples >= rollouts:
+            return None
+        seed = self._retrying(self.job.round_seed, pending.lease_id, 0)
+        if not any(seed):
+            return None  # the round's randomness was lost unstored (nobody can vote it): verify everything
+        return sampled_indices(seed, pending.lease_id, self.me, rollouts, samples)
+
+    def _record(self, pending: Pending, lease: object, accept: bool, reason: str,
+                audit: list[int] | None = None, timings: dict[str, float] | None = None) -> None:
+        audited = None if audit is None else len(audit)
+        self.store.record_verdict(self.job.address, pending.lease_id, accept, reason, audited)
         log.info("lease %d: %s (%s)", pending.lease_id, "accept" if accept else "reject", reason)
         self.events.emit("verdict", lease=pending.lease_id, worker=lease.worker, version=lease.policy_version,
-                         round=lease.round, accept=accept, reason=reason)
+                         round=lease.round, accept=accept, reason=reason,
+                         checked=self.spec.rollouts_per_lease if audited is None else audited, **(timings or {}))
         if self.publish is not None:
             self.publish(seal_verdict(self.job.address, pending.lease_id, lease.root, accept, reason, self.account))
 
@@ -201,7 +233,7 @@ class ValidatorDaemon:
         now = self._retrying(self._chain_time)
         done, votes = [], {}
         for row in self.store.open_rows(self.job.address):
-            if not row.member or row.accept is None or row.voted_round >= row.round:
+            if not row.member or row.accept is None or row.voted_round >= row.round or self._needs_full_audit(row):
                 continue
             lease = self._lease(row.lease_id)
             voted = row.round in self._retrying(self.job.ballot, row.lease_id, self.me)
@@ -229,8 +261,8 @@ class ValidatorDaemon:
         appealed = 0
         now = self._retrying(self._chain_time)
         for row in self.store.open_rows(self.job.address):
-            if row.accept is None or is_unavailability(row.reason):
-                continue  # no verdict of ours (we were never drawn), or only "we could not get the data"
+            if row.accept is None or is_unavailability(row.reason) or row.sampled_accept:
+                continue  # no verdict of ours (never drawn), only "we could not get the data", or only a sample
             lease = self._lease(row.lease_id)
             if not appealable(lease, now, self.spec):
                 continue

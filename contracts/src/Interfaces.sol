@@ -32,6 +32,10 @@ struct JobSpec {
     bool chatTemplate; // prompts are wrapped in the tokenizer's chat template
     bool stopOnEos; // a completion ends at its first EOS (else it is always maxNewTokens long)
     bytes32 modelFilesHash; // identity of the model's config, tokenizer, chat template and EOS set (node/model/identity.py)
+    // Sampled verification: each first-round committee member verifies `samplesChecked` of the lease's
+    // groupSize * tasksPerLease rollouts, picked by randomness drawn after submission; appeal rounds verify all.
+    uint32 samplesChecked; // rollouts each first-round member verifies, 1..groupSize * tasksPerLease
+    uint32 minCheatPpm; // smallest cheat fraction (parts per million of a lease's rollouts) the sizing rule covers
 }
 
 /// @notice What jobs need of the node registry.

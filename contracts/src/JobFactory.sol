@@ -13,7 +13,16 @@ import {TrainingJob} from "./TrainingJob.sol";
 ///      bounds), positive bonds, fees and slashes, each slash capped at its role's minimum stake, and
 ///      the timeline rule `timeline(spec) < registry.unbondingPeriod()`, stated once here, so a stake that
 ///      starts unbonding after a committee's snapshot stays slashable until every round of that lease
-///      can have ended, plus a keeper margin of at least a day.
+///      can have ended, plus a keeper margin of at least a day; and the sampled-verification sizing rule,
+///      stated once here (`deterrence`): a lease of n = groupSize * tasksPerLease rollouts whose first
+///      committee of q = committeeSize members each verifies m = samplesChecked of them catches a cheat on
+///      a fraction c of the rollouts with probability P(c) = 1 - (1 - c)^(m * q) (independent draws: each
+///      member's sample comes from its own randomness; one member that finds a fake rejects and, outvoted,
+///      appeals to a round that verifies everything). For every c >= minCheatPpm / 1e6 the expected slash
+///      P(c) * slashAmount must exceed the gain c * n * rewardPerSample (the pay of the faked rollouts: at
+///      most the compute a cheater saves). P(c) * slash - c * gain is concave in c, so checking the two ends
+///      c = minCheatPpm / 1e6 and c = 1 covers every c between; miss chances round up, so rounding never
+///      lets a spec through that exact arithmetic would refuse.
 contract JobFactory {
     /// @notice Slack left to keepers after a lease's last possible round, inside the unbonding period.
     uint64 public constant KEEPER_MARGIN = 1 days;
@@ -34,6 +43,9 @@ contract JobFactory {
     /// @notice Lowest sampling temperature, x 1000: below it, honest arithmetic differences between machines
     ///         decide the sampled token, and the validators' checks have no tolerance left.
     uint32 public constant MIN_TEMPERATURE_MILLI = 100;
+    /// @notice Cheat fractions are in parts per million of a lease's rollouts.
+    uint32 public constant PPM = 1_000_000;
+    uint256 internal constant WAD = 1e18;
 
     /// @notice The registry whose stake jobs check and slash.
     INodeRegistry public immutable registry;
@@ -47,6 +59,7 @@ contract JobFactory {
     error InvalidSpec(string field);
     error TimelineTooLong(uint256 timeline, uint64 unbondingPeriod);
     error BudgetTooSmall(uint256 budget, uint256 leaseCost);
+    error CheatNotDeterred(uint256 cheatPpm, uint256 expectedSlash, uint256 gain);
 
     event JobCreated(address indexed job, address indexed requester, address indexed trainer, uint256 budget);
 
@@ -113,16 +126,66 @@ contract JobFactory {
         {
             revert InvalidSpec("rewardPerSample");
         }
-        if (s.slashAmount == 0 || s.slashAmount > registry.minWorkerStake()) revert InvalidSpec("slashAmount");
+        if (s.slashAmount == 0 || s.slashAmount > registry.minWorkerStake() || s.slashAmount > type(uint128).max) {
+            revert InvalidSpec("slashAmount");
+        }
         if (s.expiryFee == 0 || s.expiryFee > s.slashAmount) revert InvalidSpec("expiryFee");
         if (s.voterSlash == 0 || s.voterSlash > registry.minValidatorStake()) revert InvalidSpec("voterSlash");
         if (s.absentPenalty == 0 || s.absentPenalty > s.voterSlash / ABSENT_PENALTY_DIVISOR) {
             revert InvalidSpec("absentPenalty");
         }
         if (s.appealBond == 0 || s.appealBond > type(uint128).max) revert InvalidSpec("appealBond");
+        if (s.samplesChecked == 0 || s.samplesChecked > uint256(s.groupSize) * s.tasksPerLease) {
+            revert InvalidSpec("samplesChecked");
+        }
+        if (s.minCheatPpm == 0 || s.minCheatPpm > PPM) revert InvalidSpec("minCheatPpm");
         uint256 t = timeline(s);
         uint64 unbonding = registry.unbondingPeriod();
         if (t >= unbonding) revert TimelineTooLong(t, unbonding);
+        _requireDeterred(s, s.minCheatPpm);
+        _requireDeterred(s, PPM);
+    }
+
+    /// @notice The sizing rule at one cheat fraction: the chance, in WAD (1e18), that no first-round member's
+    ///         sample holds one of the faked rollouts, (1 - cheatPpm / 1e6)^(samplesChecked * committeeSize),
+    ///         rounded up.
+    /// @param cheatPpm The faked fraction of a lease's rollouts, in parts per million (at most 1e6).
+    /// @param draws Rollouts verified over the committee: samplesChecked * committeeSize.
+    /// @return miss The miss chance in WAD.
+    function missChance(uint256 cheatPpm, uint256 draws) public pure returns (uint256 miss) {
+        uint256 base = WAD - cheatPpm * (WAD / PPM); // 1 - c, exact; reverts on cheatPpm > PPM
+        miss = WAD;
+        while (draws != 0) {
+            if (draws & 1 == 1) miss = _mulUp(miss, base);
+            base = _mulUp(base, base);
+            draws >>= 1;
+        }
+    }
+
+    /// @notice The sizing rule's two sides at one cheat fraction, in wei (WAD-scaled inside, so rounding is exact
+    ///         to 1e-18 of a wei-valued side): the expected slash P(c) * slashAmount and the gain
+    ///         c * groupSize * tasksPerLease * rewardPerSample. The spec deters the cheat iff expectedSlash > gain.
+    /// @param s The spec (its amounts already within validateSpec's bounds).
+    /// @param cheatPpm The faked fraction, in parts per million.
+    /// @return expectedSlashWad The expected slash in wei x 1e18.
+    /// @return gainWad The gain in wei x 1e18.
+    function deterrence(JobSpec calldata s, uint256 cheatPpm)
+        public
+        pure
+        returns (uint256 expectedSlashWad, uint256 gainWad)
+    {
+        uint256 miss = missChance(cheatPpm, uint256(s.samplesChecked) * s.committeeSize);
+        expectedSlashWad = (WAD - miss) * s.slashAmount;
+        gainWad = cheatPpm * (WAD / PPM) * s.groupSize * s.tasksPerLease * s.rewardPerSample;
+    }
+
+    function _requireDeterred(JobSpec calldata s, uint256 cheatPpm) internal pure {
+        (uint256 expectedSlashWad, uint256 gainWad) = deterrence(s, cheatPpm);
+        if (expectedSlashWad <= gainWad) revert CheatNotDeterred(cheatPpm, expectedSlashWad / WAD, gainWad / WAD);
+    }
+
+    function _mulUp(uint256 a, uint256 b) internal pure returns (uint256) {
+        return (a * b + WAD - 1) / WAD;
     }
 
     /// @dev 1 to MAX_NAME_BYTES bytes of printable ASCII (0x20-0x7e): every participant reads and prints the

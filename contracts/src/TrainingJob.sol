@@ -287,16 +287,20 @@ contract TrainingJob is Initializable {
     function memberWeight(uint256 leaseId, uint256 round, address member) external view returns (uint256) {
         Lease storage l = leases[leaseId];
         if (!_submitted(l) || round > l.round) return 0;
-        Round storage rd = rounds[leaseId][round];
-        uint256 start = _roundStart(leaseId, l, round);
-        bytes20 seed = rd.seed;
-        uint256 total = rd.totalWeight;
-        if (seed == 0) {
-            if (block.number <= start || blockhash(start) == 0) return 0;
-            seed = _committeeSeed(blockhash(start), leaseId, round);
-            total = registry.totalValidatorWeightAt(start - 1);
-        }
-        return _memberWeight(leaseId, l.worker, round, member, Draw(seed, total, start));
+        return _memberWeight(leaseId, l.worker, round, member, _viewDraw(leaseId, l, round));
+    }
+
+    /// @notice A round's committee seed: the stored one once drawn, else the one its start block's hash gives
+    ///         (zero while that hash is not known yet, or once it is no longer recoverable). Each member's
+    ///         sample of the batch to verify in round 0 is derived from it (rollnet.node.sampling), so it is
+    ///         fixed after submission and the worker could not know it.
+    /// @param leaseId The lease.
+    /// @param round The round.
+    /// @return The seed.
+    function roundSeed(uint256 leaseId, uint256 round) external view returns (bytes20) {
+        Lease storage l = leases[leaseId];
+        if (!_submitted(l) || round > l.round) return 0;
+        return _viewDraw(leaseId, l, round).seed;
     }
 
     /// @notice The current round's outcome, counting a vote window that has passed as closed.
@@ -525,14 +529,19 @@ contract TrainingJob is Initializable {
     }
 
     /// @notice Slash a voter who voted against a settled lease's final outcome in any round (once per lease);
-    ///         the wei go to the lease's winners.
+    ///         the wei go to the lease's winners. Where the first round is sampled (samplesChecked below the
+    ///         lease's rollouts), a first-round accept that a later round overturned is not slashable: a sample
+    ///         can prove a fake, never the absence of one, so an honest member whose sample missed the faked
+    ///         rollouts voted in good faith (else a cheating worker and one validator that rejects and
+    ///         appeals could make every other member of round 0 pay for the cheat). Sampled rejections are
+    ///         proof and stay slashable when wrong.
     /// @param leaseId The settled lease.
     /// @param voter The losing voter.
     function slashLoser(uint256 leaseId, address voter) external {
         Lease storage l = _lease(leaseId);
         if (!_settled(l)) revert NotSettled(leaseId);
         uint256 ballot = ballots[leaseId][voter];
-        if (ballot & LOSER_BIT != 0 || !_votedAgainst(ballot, l.round, l.outcome)) {
+        if (ballot & LOSER_BIT != 0 || !_votedAgainst(ballot, l.round, l.outcome, _sampledFirstRound())) {
             revert NotSlashable(leaseId, voter);
         }
         ballots[leaseId][voter] = ballot | LOSER_BIT;
@@ -686,6 +695,17 @@ contract TrainingJob is Initializable {
         uint256 start;
     }
 
+    /// @dev Round r's draw as a view sees it: stored, else computed from the start block's hash (seed zero when
+    ///      that hash is unavailable).
+    function _viewDraw(uint256 leaseId, Lease storage l, uint256 r) internal view returns (Draw memory draw) {
+        draw = _storedDraw(leaseId, l, r);
+        if (draw.seed != 0) return draw;
+        uint256 start = draw.start;
+        if (block.number <= start || blockhash(start) == 0) return draw;
+        draw.seed = _committeeSeed(blockhash(start), leaseId, r);
+        draw.total = registry.totalValidatorWeightAt(start - 1);
+    }
+
     function _storedDraw(uint256 leaseId, Lease storage l, uint256 r) internal view returns (Draw memory) {
         Round storage rd = rounds[leaseId][r];
         return Draw(rd.seed, rd.totalWeight, _roundStart(leaseId, l, r));
@@ -837,10 +857,22 @@ contract TrainingJob is Initializable {
         }
     }
 
-    function _votedAgainst(uint256 ballot, uint256 lastRound, Outcome outcome) internal pure returns (bool) {
+    /// @dev Whether round 0's members verify only a sample of each batch.
+    function _sampledFirstRound() internal view returns (bool) {
+        return _spec.samplesChecked < uint256(_spec.groupSize) * _spec.tasksPerLease;
+    }
+
+    /// @dev Whether a ballot holds a slashable vote against the final outcome: any round's, except a sampled
+    ///      first round's accept of a batch finally rejected.
+    function _votedAgainst(uint256 ballot, uint256 lastRound, Outcome outcome, bool sampledFirstRound)
+        internal
+        pure
+        returns (bool)
+    {
         if (outcome != Outcome.Accept && outcome != Outcome.Reject) return false;
         uint256 winning = outcome == Outcome.Accept ? VOTE_ACCEPT : VOTE_REJECT;
-        for (uint256 r = 0; r <= lastRound; ++r) {
+        uint256 first = sampledFirstRound && outcome == Outcome.Reject ? 1 : 0;
+        for (uint256 r = first; r <= lastRound; ++r) {
             uint256 code = (ballot >> (2 * r)) & 3;
             if (code != 0 && code != winning) return true;
         }

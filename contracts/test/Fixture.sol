@@ -90,6 +90,8 @@ abstract contract Fixture is TestBase {
         s.chatTemplate = false;
         s.stopOnEos = true;
         s.modelFilesHash = keccak256("embedded config and tokenizer");
+        s.samplesChecked = 8; // every rollout: the sampled first round has its own tests
+        s.minCheatPpm = 125_000;
     }
 
     function _cost(JobSpec memory s) internal pure returns (uint256) {

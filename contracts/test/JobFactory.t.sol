@@ -174,6 +174,7 @@ contract JobFactoryTest is Helpers {
         s = _spec();
         s.groupSize = 1;
         s.tasksPerLease = 1;
+        s.samplesChecked = 1;
         _accepted(s);
     }
 
@@ -382,6 +383,7 @@ contract JobFactoryTest is Helpers {
         else if (fee == 0 || fee > slash) err = _invalid("expiryFee");
         else if (voterSlash == 0 || voterSlash > MIN_VALIDATOR) err = _invalid("voterSlash");
         else if (absent == 0 || absent > voterSlash / 10) err = _invalid("absentPenalty");
+        else err = _deterrenceError(s);
         if (err.length > 0) {
             _refused(s, err);
         } else {
@@ -390,6 +392,109 @@ contract JobFactoryTest is Helpers {
             assertLe(job.spec().voterSlash, registry.minValidatorStake(), "voter slash capped");
             assertLe(job.spec().absentPenalty * 10, job.spec().voterSlash, "absent penalty at most a tenth");
         }
+    }
+
+    // ------------------------------------------------------------------ sampled verification
+
+    /// @dev The sizing rule's refusal of `s` (empty if it deters every cheat): the end it checks first that fails.
+    function _deterrenceError(JobSpec memory s) internal view returns (bytes memory) {
+        uint256[2] memory ends = [uint256(s.minCheatPpm), uint256(factory.PPM())];
+        for (uint256 i = 0; i < 2; ++i) {
+            (uint256 expected, uint256 gain) = factory.deterrence(s, ends[i]);
+            if (expected <= gain) {
+                return abi.encodeWithSelector(JobFactory.CheatNotDeterred.selector, ends[i], expected / 1e18, gain / 1e18);
+            }
+        }
+        return "";
+    }
+
+    function test_validateSpec_samplesCheckedWithinTheLease() public {
+        JobSpec memory s = _spec(); // 4 x 2 = 8 rollouts a lease
+        s.samplesChecked = 0;
+        _refused(s, _invalid("samplesChecked"));
+        s.samplesChecked = 9;
+        _refused(s, _invalid("samplesChecked"));
+        s.samplesChecked = 8;
+        _accepted(s);
+    }
+
+    function test_validateSpec_minCheatPpmIsAFraction() public {
+        JobSpec memory s = _spec();
+        s.minCheatPpm = 0;
+        _refused(s, _invalid("minCheatPpm"));
+        s.minCheatPpm = 1_000_001;
+        _refused(s, _invalid("minCheatPpm"));
+        s.minCheatPpm = 1_000_000;
+        _accepted(s);
+    }
+
+    /// @notice (1 - c)^draws in WAD, exactly where it is representable, and 1 with no draws.
+    function test_missChance_values() public view {
+        assertEq(factory.missChance(500_000, 1), 0.5e18, "1/2");
+        assertEq(factory.missChance(500_000, 3), 0.125e18, "1/8");
+        assertEq(factory.missChance(15_625, 1), 0.984375e18, "63/64");
+        assertEq(factory.missChance(15_625, 2), 0.968994140625e18, "(63/64)^2");
+        assertEq(factory.missChance(1_000_000, 1), 0, "c = 1 always caught");
+        assertEq(factory.missChance(0, 1000), 1e18, "no cheat, never caught");
+        assertEq(factory.missChance(300_000, 0), 1e18, "no draws, never caught");
+        // 1/3 is not representable: the miss chance rounds up (in the cheater's favour, so against the spec).
+        assertGe(factory.missChance(666_667, 2), (333_333e12 * uint256(333_333e12)) / 1e18, "rounded up");
+    }
+
+    /// @notice At c = 1 the rule is slash > the lease's pay: equal is refused, one wei more accepted.
+    function test_sizingRule_wholeBatchBoundary() public {
+        JobSpec memory s = _spec();
+        s.minCheatPpm = 1_000_000;
+        s.expiryFee = 1;
+        uint256 pay = _cost(s);
+        s.slashAmount = pay;
+        _refused(s, abi.encodeWithSelector(JobFactory.CheatNotDeterred.selector, 1_000_000, pay, pay));
+        s.slashAmount = pay + 1;
+        _accepted(s);
+    }
+
+    /// @notice One faked rollout of 64, one member checking one rollout: caught with chance 1/64, so the slash
+    ///         must exceed 64 rollouts' pay; the refusal names the smallest fraction, the end that binds.
+    function test_sizingRule_smallestCheatBoundary() public {
+        JobSpec memory s = _spec();
+        s.groupSize = 8;
+        s.tasksPerLease = 8;
+        s.committeeSize = 1;
+        s.samplesChecked = 1;
+        s.minCheatPpm = 15_625; // 1/64
+        s.expiryFee = 1;
+        s.slashAmount = 64 * s.rewardPerSample;
+        _refused(s, abi.encodeWithSelector(JobFactory.CheatNotDeterred.selector, 15_625, s.rewardPerSample,
+            s.rewardPerSample));
+        s.slashAmount = 64 * s.rewardPerSample + 64;
+        _accepted(s);
+        // P(c) >= c for every c once a single rollout is drawn, so a slash above the lease's pay deters every
+        // fraction: the smallest one, with more draws, never needs more.
+        s.committeeSize = 5;
+        s.samplesChecked = 3;
+        s.slashAmount = 64 * s.rewardPerSample + 1;
+        _accepted(s);
+    }
+
+    /// @notice A cheater's view of an accepted spec: at every fraction from the smallest it names to all of
+    ///         the batch, its expected slash exceeds its gain (the two ends checked cover the rest: concave),
+    ///         up to the rule's round-up of miss chances (a few 1e-18 of the slash).
+    function testFuzz_sizingRule_everyFractionDeterred(uint32 minCheat, uint32 cheat, uint32 samples, uint32 q,
+        uint256 slash) public {
+        JobSpec memory s = _spec();
+        s.groupSize = 8;
+        s.tasksPerLease = 8;
+        s.minCheatPpm = uint32(bound(minCheat, 1, 1_000_000));
+        s.samplesChecked = uint32(bound(samples, 1, 64));
+        s.committeeSize = uint32(bound(q, 1, 64));
+        s.slashAmount = bound(slash, 1, MIN_WORKER);
+        s.expiryFee = 1;
+        if (_deterrenceError(s).length > 0) return;
+        _accepted(s);
+        uint256 c = bound(cheat, s.minCheatPpm, 1_000_000);
+        (uint256 expected, uint256 gain) = factory.deterrence(s, c);
+        uint256 draws = uint256(s.samplesChecked) * s.committeeSize;
+        assertGt(expected + 4 * draws * s.slashAmount, gain, "cheating at this fraction does not pay");
     }
 
     // ------------------------------------------------------------------ timeline

@@ -758,6 +758,27 @@ contract TrainingJobTest is Helpers {
         _solvent();
     }
 
+    /// @notice The sample seed members verify from: unknown at submit (zero in the submission block), the
+    ///         committee seed once the next block exists (the same before and after it is stored), kept once
+    ///         stored, and zero for a lease never submitted or a round not yet opened.
+    function test_roundSeed_fixedAfterSubmission() public {
+        uint256 id = _claimReady(job, worker);
+        assertEq(job.roundSeed(id, 0), bytes20(0), "not submitted");
+        vm.prank(worker);
+        job.submit(id, bytes32(uint256(1)), 0);
+        uint256 start = block.number;
+        assertEq(job.roundSeed(id, 0), bytes20(0), "unknown in the submission block");
+        _roll(1);
+        bytes20 viewed = job.roundSeed(id, 0);
+        assertTrue(viewed != bytes20(0), "known from the next block");
+        assertEq(job.roundSeed(id, 1), bytes20(0), "no appeal round yet");
+        job.drawCommittee(id);
+        assertEq(_round(id, 0).seed, viewed, "the stored seed is the one the view gave");
+        vm.roll(start + 400);
+        assertEq(job.roundSeed(id, 0), viewed, "kept past the 256-block horizon once stored");
+        assertEq(job.roundSeed(id + 1, 0), bytes20(0), "unknown lease");
+    }
+
     // ================================================================== votes
 
     function test_vote_revertsNotInCommitteeAlreadyVotedDeadlineAndDecided() public {
@@ -1234,6 +1255,69 @@ contract TrainingJobTest is Helpers {
         job.slashLoser(id, v1);
         assertEq(_active(v1), STAKE - s.voterSlash, "slashed for round 0");
         assertGt(job.rewardOf(id, v1), 0, "rewarded for round 1");
+        _solvent();
+    }
+
+    /// @dev Switch the tests' `job` to a sampled one: each first-round member verifies 1 of the 8 rollouts.
+    function _useSampledJob() internal {
+        JobSpec memory sampled = _spec();
+        sampled.samplesChecked = 1;
+        job = _createJob(sampled, BUDGET);
+        for (uint256 i = 0; i < vals.length; ++i) {
+            _enlist(job, vals[i]);
+        }
+        _roll(1);
+    }
+
+    /// @notice The griefing a sampled first round would invite: a cheating worker whose accomplice validator
+    ///         (v1) knows the fake, rejects and appeals, so every member whose sample missed it loses the vote.
+    ///         Those good-faith accepts are not slashable, so the pair gains nothing from them: it loses the
+    ///         worker's collateral, and the honest members keep all their stake.
+    function test_slashLoser_sampledFirstRoundAcceptsOfARejectedBatchAreNotSlashable() public {
+        _useSampledJob();
+        uint256 pairBefore = _wealth(job, worker) + _wealth(job, v1);
+        uint256 v2Before = _wealth(job, v2);
+        uint256 id = _open();
+        _vote(job, v1, id, false); // v1's sample held the fake (it knew where it was)
+        _vote(job, v2, id, true);
+        _vote(job, v3, id, true); // round 0: Accept, by samples that missed it
+        _appeal(job, v1, id);
+        _vote(job, v1, id, false);
+        _vote(job, v2, id, false); // round 1 verifies everything: Reject
+        _finalizeNow(id);
+        assertEq(uint8(_status(job, id)), uint8(TrainingJob.Status.Slashed), "the cheat is slashed");
+        address[2] memory inGoodFaith = [v2, v3];
+        for (uint256 i = 0; i < inGoodFaith.length; ++i) {
+            vm.expectRevert(abi.encodeWithSelector(TrainingJob.NotSlashable.selector, id, inGoodFaith[i]));
+            job.slashLoser(id, inGoodFaith[i]);
+            assertEq(_active(inGoodFaith[i]), STAKE, "an honest sampled accept keeps its stake");
+        }
+        vm.prank(v1);
+        job.claimReward(id);
+        vm.prank(worker);
+        try job.claimReward(id) {} catch {} // the worker won nothing
+        uint256 pairAfter = _wealth(job, worker) + _wealth(job, v1);
+        assertLt(pairAfter, pairBefore, "the pair's net gain is negative");
+        assertGe(pairBefore - pairAfter, s.slashAmount / 10, "it loses at least the burned part of the collateral");
+        assertGe(_wealth(job, v2), v2Before, "an honest member loses nothing");
+        _solvent();
+    }
+
+    /// @notice A sampled rejection is proof of a fake: overturned by a round that verified everything, it is
+    ///         slashed as before (a validator gains nothing by rejecting honest work it sampled).
+    function test_slashLoser_sampledFirstRoundRejectsOfAnAcceptedBatchAreSlashable() public {
+        _useSampledJob();
+        uint256 id = _open();
+        _vote(job, v1, id, false);
+        _vote(job, v2, id, false); // round 0: Reject
+        _appeal(job, worker, id);
+        _vote(job, v3, id, true);
+        _vote(job, v1, id, true); // round 1: Accept
+        _finalizeNow(id);
+        job.slashLoser(id, v1);
+        job.slashLoser(id, v2);
+        assertEq(_active(v1), STAKE - s.voterSlash, "v1 slashed for its round-0 reject");
+        assertEq(_active(v2), STAKE - s.voterSlash, "v2 slashed for its round-0 reject");
         _solvent();
     }
 

@@ -34,8 +34,9 @@ from web3.types import TxReceipt
 
 TIMEOUT_ENV = "ROLLNET_RPC_TIMEOUT"
 GAS_MARGIN = 1.25
-PRIORITY_FEE_WEI = 10**9
 FEE_CACHE_SECONDS = 5.0
+FEE_HISTORY_BLOCKS = 10  # recent blocks whose priority fees set ours (eth_feeHistory)
+FEE_PERCENTILE = 50
 log = logging.getLogger(__name__)
 
 
@@ -59,6 +60,18 @@ class NonceManager:
     def resync(self) -> None:
         """Forget the local counter; the next `take` asks the chain. Call with `lock` held."""
         self._next = None
+
+
+def fees_from_history(base_fees: list[int], rewards: list[int], suggested_priority: int | None) -> dict[str, int]:
+    """EIP-1559 fees as the node's recent blocks price them: the priority fee is the median of the recent blocks'
+    median priority fees (blocks with no transactions report 0 and do not count), or the node's own suggestion
+    (eth_maxPriorityFeePerGas) when none paid any; the fee cap is twice the next block's base fee (eth_feeHistory's
+    last base fee is the pending block's) plus the priority fee, so the transaction stays valid while the base fee
+    doubles."""
+    paid = sorted(r for r in rewards if r > 0)
+    priority = paid[len(paid) // 2] if paid else (suggested_priority or 0)
+    next_base = base_fees[-1] if base_fees else 0
+    return {"maxFeePerGas": 2 * next_base + priority, "maxPriorityFeePerGas": priority}
 
 
 @contextlib.contextmanager
@@ -236,10 +249,13 @@ class ChainClient:
         return receipt["contractAddress"]
 
     def _current_fees(self) -> dict[str, int]:
+        """EIP-1559 fees from the node, cached for FEE_CACHE_SECONDS (see `fees_from_history`)."""
         now = time.monotonic()
         if self._fees is None or now - self._fees_at > FEE_CACHE_SECONDS:
-            base_fee = self.w3.eth.get_block("latest").get("baseFeePerGas", 0)
-            self._fees = {"maxFeePerGas": 2 * base_fee + PRIORITY_FEE_WEI, "maxPriorityFeePerGas": PRIORITY_FEE_WEI}
+            history = self.w3.eth.fee_history(FEE_HISTORY_BLOCKS, "latest", [FEE_PERCENTILE])
+            rewards = [int(r[0]) for r in history.get("reward") or [] if r]
+            suggested = None if any(rewards) else int(self.w3.eth.max_priority_fee)
+            self._fees = fees_from_history([int(b) for b in history["baseFeePerGas"]], rewards, suggested)
             self._fees_at = now
         return self._fees
 

@@ -131,6 +131,12 @@ class ChainSpec:
     chat_template: bool
     stop_on_eos: bool
     model_files_hash: bytes
+    samples_checked: int  # rollouts each first-round committee member verifies (appeal rounds: all)
+    min_cheat_ppm: int  # smallest faked fraction of a batch (ppm) the factory's sizing rule covers
+
+    @property
+    def rollouts_per_lease(self) -> int:
+        return self.group_size * self.tasks_per_lease
 
     @property
     def recipe(self) -> Recipe:
@@ -235,6 +241,11 @@ class JobClient:
         """`address`'s vote weight in that round's committee (0: not drawn). Asked of the pending block, whose
         view of the round's start block hash exists from the block after the round started."""
         return self.client.call(self.contract.functions.memberWeight(lease_id, round_, address), block="pending")
+
+    def round_seed(self, lease_id: int, round_: int) -> bytes:
+        """That round's committee seed, as `member_weight` sees it (asked of the pending block); 20 zero bytes
+        while the round's start block hash is unknown, or once it is lost unstored."""
+        return bytes(self.client.call(self.contract.functions.roundSeed(lease_id, round_), block="pending"))
 
     def committee_size(self, round_: int) -> int | None:
         """The expected committee size of a round (None for the final round, where every validator sits)."""

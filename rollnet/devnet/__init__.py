@@ -10,6 +10,7 @@ the chain's final policy version out as a Hugging Face folder (`final-policy/`),
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import time
@@ -32,6 +33,7 @@ from rollnet.node.keeper import Keeper
 from rollnet.node.model.loading import load_policy, preset_of
 from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_TASK, PRESETS
 from rollnet.trainer.export import export_version
+from rollnet.trainer.pipeline import GROUP, PROMPTS, run_arm
 
 __all__ = ["Devnet", "DevnetConfig", "devnet", "finish_run", "run_devnet"]
 
@@ -113,10 +115,11 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
     run = {"model": config.preset or EMBEDDED_MODEL, "task": config.task, "max_new_tokens": config.max_new_tokens,
            "prompts_per_step": config.prompts_per_step, "held_out_prompts": config.held_out_prompts,
            "workers": config.workers, "validators": config.validators, "steps": config.steps, "lr": config.lr,
-           "backend": config.backend,
+           "backend": config.backend, "block_time_s": config.block_time_s,
            "max_undecided": config.max_undecided, "group_size": config.group_size,
            "cheater": config.cheater, "max_staleness": config.max_staleness, "job": net.job,
-           "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at}
+           "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at, "cores": os.cpu_count(),
+           "chain_cpu_s": net.anvil_cpu_seconds(), "orchestrator_cpu_s": time.process_time()}
     from rollnet.devnet.report import build_report
 
     try:
@@ -125,9 +128,26 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
         console.print(f"[red]final policy not exported:[/] {exc}")
         run["final_policy"] = {"error": str(exc)}
     report = build_report(state, params=params, budget=config.max_staleness, gas=gas, run=run)
+    report.update(efficiency_against_baseline(net, report, console))
     files = write_report(report, config.out)
     console.print(f"report: {', '.join(str(f) for f in files[:2])} and {len(files) - 2} plots")
     return report
+
+
+def efficiency_against_baseline(net: Devnet, report: dict, console: Console) -> dict:
+    """The run's efficiency: its trained samples/s over the local two-process pipeline's on the same model and
+    batch, measured now that the market's processes are stopped (`baseline_steps`; the embedded model's batch
+    only). Empty when not measured."""
+    config = net.config
+    market = report["throughput"]["trained_samples_per_s"]
+    same_batch = (config.prompts_per_step, config.group_size, config.max_new_tokens) == (PROMPTS, GROUP, 6)
+    if not config.baseline_steps or config.preset is not None or not same_batch or not market:
+        return {}
+    console.print(f"baseline: the local two-process pipeline, {config.baseline_steps} steps of the same batch")
+    result = run_arm(str(net.model), config.max_staleness, config.baseline_steps)
+    local = result["samples_trained_on"] / result["seconds"]
+    return {"baseline": {"arm": "async_local", "steps": config.baseline_steps, "samples_per_s": local},
+            "efficiency": market / local}
 
 
 def export_final(net: Devnet, job: JobClient, console: Console) -> dict:
@@ -142,6 +162,7 @@ def export_final(net: Devnet, job: JobClient, console: Console) -> dict:
     return {"version": version, "folder": str(out), "root": exported.root.hex()}
 
 
+BASELINE_STEPS = 10  # the local pipeline's steps after an embedded-model run: about 15 s, start-up included
 REAL_MODEL_TASK = "gym:gcd:last-number"  # SmolLM2's sampled reward 0.11, half its groups with spread (BENCHMARKS.md)
 REAL_MODEL_SETUP_S, REAL_MODEL_STEP_S = 1800.0, 600.0  # the run's time limit: 1,246 s for 5 steps was measured
 
@@ -161,6 +182,10 @@ def run_devnet(config: DevnetConfig, console: Console, live: bool = True, timeou
         console.print(f"held-out greedy accuracy {held['base']:.3f} -> {held['final']:.3f}; realised staleness "
                       f"mean {report['staleness']['mean_g']:.2f} (budget {config.max_staleness}); "
                       f"{report['run']['seconds']:.0f} s")
+        if report.get("efficiency") is not None:
+            console.print(f"trained {report['throughput']['trained_samples_per_s']:.1f} samples/s: efficiency "
+                          f"{report['efficiency']:.3f} against the local two-process pipeline "
+                          f"({report['baseline']['samples_per_s']:.0f} samples/s)")
         return report
     except KeyboardInterrupt:
         console.print(f"interrupted: stopping every process; everything is kept in {config.out}")
@@ -192,6 +217,8 @@ def devnet(
     task: str = typer.Option(None, "--task", help=f"the job's task (default {EMBEDDED_TASK}; a real model: "
                              f"{REAL_MODEL_TASK})"),
     backend: str = typer.Option(None, "--backend", help="the workers' rollout backend: transformers or vllm"),
+    block_time: int = typer.Option(None, "--block-time", help="seconds between blocks (default 0: anvil mines "
+                                   "each transaction at once; 2 is an L2's cadence)"),
     live: bool = typer.Option(True, "--live/--no-live", help="redraw a live view (else a line every 15 s)"),
 ) -> None:
     """Run a whole market locally: chain, contracts, a job, a trainer, workers and validators as processes."""
@@ -201,14 +228,15 @@ def devnet(
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)  # `kill`/`docker stop` clean up like Ctrl-C
     given = {"workers": workers, "validators": validators, "steps": steps, "max_staleness": max_staleness,
              "cheater": cheater, "lr": lr, "max_undecided": max_undecided, "held_out_every": held_out_every,
-             "backend": backend}
+             "backend": backend, "block_time_s": block_time}
     chosen = {name: value for name, value in given.items() if value is not None}
     preset = preset_of(Path(model), None) if model else None  # a folder of a preset's name is ambiguous
     if preset is not None:
         config = DevnetConfig.real_model(out, preset, task or REAL_MODEL_TASK, **chosen)
         timeout_s = REAL_MODEL_SETUP_S + REAL_MODEL_STEP_S * config.steps
     else:
-        config = DevnetConfig(out=out, model=Path(model) if model else None, task=task or EMBEDDED_TASK, **chosen)
+        config = DevnetConfig(out=out, model=Path(model) if model else None, task=task or EMBEDDED_TASK,
+                              baseline_steps=BASELINE_STEPS, **chosen)
         timeout_s = 1200.0
     console = make_console()
     run_devnet(config, console, live=live and console.is_terminal, timeout_s=timeout_s)

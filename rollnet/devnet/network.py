@@ -73,6 +73,10 @@ class DevnetConfig:
     max_new_tokens: int = 6
     chat_template: bool = False
     held_out_prompts: int = HELD_OUT_PROMPTS
+    # After the run, the local two-process pipeline (rollnet.trainer.pipeline) trains this many steps of the same
+    # batch, so the report can state the market's efficiency against it (0: not measured; embedded model only).
+    baseline_steps: int = 0
+    block_time_s: int = 0  # 0: anvil mines each transaction at once; N: a block every N seconds (an L2's cadence)
 
     @classmethod
     def real_model(cls, out: Path, preset: str, task: str, **overrides: object) -> DevnetConfig:
@@ -99,6 +103,8 @@ class DevnetConfig:
             raise ConfigError(f"unknown cheater mode {self.cheater!r}: one of {', '.join(CHEAT_MODES)}")
         if self.steps < 1:
             raise ConfigError("--steps must be at least 1")
+        if not 0 <= self.block_time_s <= 60:
+            raise ConfigError("--block-time is whole seconds from 0 (a block per transaction) to 60")
         if self.preset is not None and self.preset not in PRESETS:
             raise ConfigError(f"unknown model preset {self.preset!r}: one of {', '.join(PRESETS)}")
         if self.preset is None and self.model is not None and not (self.model / METADATA).is_file():
@@ -163,8 +169,9 @@ class Devnet:
             self.model = PRESET_BUILDERS[config.preset](models)
         else:
             self.model = config.model or build_default_model(models)
+        block_time = ["--block-time", str(config.block_time_s)] if config.block_time_s else []
         self.anvil = start_anvil(log_path=config.out / "anvil.log",
-                                 extra_args=["--dump-state", str(config.out / "anvil-state.json")])
+                                 extra_args=["--dump-state", str(config.out / "anvil-state.json"), *block_time])
         requester = ChainClient(self.anvil.url, dev_account(REQUESTER))
         self.deployment = deploy_market(requester)
         self.job = self._create_job(requester)
@@ -291,6 +298,14 @@ class Devnet:
             except subprocess.TimeoutExpired:
                 person.process.kill()
                 person.process.wait(10)
+
+    def anvil_cpu_seconds(self) -> float | None:
+        """The chain node's CPU seconds so far (user + system, from /proc; None where there is no /proc)."""
+        try:
+            fields = Path(f"/proc/{self.anvil.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, AttributeError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
 
     def stop(self) -> None:
         self.stop_roles("trainer", "worker", "validator", "cheater")

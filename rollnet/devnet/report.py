@@ -18,6 +18,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rollnet.devnet.latency import (  # noqa: E402
+    CRITICAL_PATH,
+    cpu_by_role,
+    lease_latency,
+    trained_samples_per_s,
+    verification_fraction,
+)
 from rollnet.devnet.observe import RunState  # noqa: E402
 from rollnet.node.budget import predict  # noqa: E402
 
@@ -98,12 +105,27 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
             "mean_members_voting": _mean([len(votes) for votes in chain.committees.values()]),
             "by_lease": {str(lease): votes for lease, votes in sorted(chain.committees.items())},
         },
+        "latency": lease_latency(state),
+        "throughput": {"trained_samples_per_s": trained_samples_per_s(state),
+                       "verification_fraction": verification_fraction(state)},
+        "cpu": _cpu_shares(state, run),
         "verdicts": {p.name: {"accept": sum(v["accept"] for v in p.of("verdict")),
                               "reject": sum(not v["accept"] for v in p.of("verdict")),
                               "reasons": sorted({v["reason"] for v in p.of("verdict") if not v["accept"]})}
                      for p in state.people.values() if p.role == "validator"},
     }
     return report
+
+
+def _cpu_shares(state: RunState, run: dict) -> dict:
+    """CPU seconds per role (the chain node and the orchestrator too) and each one's share of the machine's
+    CPU time over the run (wall seconds x cores)."""
+    others = {role: run[key] for role, key in (("chain", "chain_cpu_s"), ("orchestrator", "orchestrator_cpu_s"))
+              if run.get(key) is not None}
+    seconds = cpu_by_role(state, others)
+    machine = run.get("seconds", 0.0) * (run.get("cores") or 1)
+    return {"seconds": seconds, "share": {role: round(s / machine, 4) for role, s in seconds.items()} if machine
+            else {}}
 
 
 def write_report(report: dict, out: Path) -> list[Path]:
@@ -114,6 +136,34 @@ def write_report(report: dict, out: Path) -> list[Path]:
              _plot_money(report, out / "payments.png")]
     (out / "report.md").write_text(markdown(report))
     return [out / "report.json", out / "report.md", *paths]
+
+
+def _latency_lines(report: dict) -> list[str]:
+    """The lease latency breakdown, the market's throughput and efficiency, and the CPU by role."""
+    latency, cpu = report.get("latency", {}), report.get("cpu", {})
+    rate = report.get("throughput", {}).get("trained_samples_per_s")
+    lines = ["## Where a lease's time goes", "",
+             "Median seconds per stage over the admitted leases, from the participants' event logs "
+             "(`rollnet/devnet/latency.py` defines each stage); fetch and verification are inside "
+             "\"committee done\", and the vote is off the trainer's critical path.", "",
+             "| stage | seconds |", "|---|---:|",
+             *[f"| {stage} | {latency[stage]:.3f} |" for stage in (*CRITICAL_PATH, "fetch", "verification", "vote")
+               if latency.get(stage) is not None],
+             f"| **total (critical path)** | **{latency.get('total', 0.0):.3f}** |", ""]
+    if rate is not None:
+        efficiency = report.get("efficiency")
+        lines += [f"The market trained {rate:.1f} samples/s (from the trainer's first admission to its last step)"
+                  + (f"; efficiency against the local asynchronous pipeline on the same batch: {efficiency:.3f}"
+                     if efficiency is not None else "") + ".", ""]
+    fraction = report.get("throughput", {}).get("verification_fraction")
+    if fraction is not None:
+        lines += [f"Verification cost {fraction:.1%} of generation's compute on the admitted leases (the members' "
+                  "verify seconds over the workers' generation seconds).", ""]
+    if cpu.get("seconds"):
+        lines += ["| role | CPU s | share of the machine |", "|---|---:|---:|",
+                  *[f"| {role} | {seconds:.1f} | {cpu['share'].get(role, 0.0):.1%} |"
+                    for role, seconds in sorted(cpu["seconds"].items(), key=lambda item: -item[1])]]
+    return lines
 
 
 # ---------------------------------------------------------------------- plots
@@ -244,6 +294,7 @@ def markdown(report: dict) -> str:
         "batch). The transfer rate is that of one delta fetch on loopback, round trips included.", "",
         "| g | samples |", "|---|---|",
         *[f"| {g} | {n} |" for g, n in staleness["histogram"].items()], "",
+        *_latency_lines(report), "",
         "## Money", "",
         "| participant | earned | slashed | stake now |", "|---|---|---|---|",
         *[f"| {n} | {money['earned_wei'].get(n, 0) / WEI:.4f} ETH | {money['slashed_wei'].get(n, 0) / WEI:.4f} ETH | "
