@@ -3,7 +3,7 @@
 One lease of n = tasks x group rollouts is generated once, as a worker does (transformers backend, the seeded
 sampler, temperature 1, EOS ignored so every completion is exactly --max-new-tokens long, one torch thread).
 Then, for each f, each of the q first-round committee members verifies its own sample of m = ceil(f x n)
-rollouts (`rollnet.node.sampling.sampled_indices` from a fixed round seed, its own address) with
+rollouts (`rollnet.node.sampling.sampled_indices`: its signature over a fixed round seed) with
 `verify_rollouts`, exactly as the validator daemon calls it. Per lease:
 
     verification fraction(f) = (sum over the q members of their verify seconds) / generation seconds,
@@ -41,6 +41,7 @@ from rollnet.node.tasks.templated import ChatTemplatedTask
 
 ROUND_SEED = bytes.fromhex("c0" * 20)
 LEASE_ID = 1
+JOB = "0x" + "70" * 20
 FRACTIONS = ["1/32", "1/16", "1/8", "1/4", "1"]
 SMOLLM2_TASK = "gym:gcd:last-number"
 
@@ -83,14 +84,14 @@ def main() -> None:
 
     rollouts = make()
     generation_s = median_seconds(make, repeats)
-    members = [Account.from_key("0x" + f"{i + 1:064x}").address for i in range(args.committee)]
+    members = [Account.from_key("0x" + f"{i + 1:064x}") for i in range(args.committee)]
     rows = []
     for text in FRACTIONS:
         fraction = Fraction(text)
         m = samples_checked(Decimal(fraction.numerator) / Decimal(fraction.denominator), n)
         member_seconds = []
         for member in members:
-            chosen = [rollouts[i] for i in sampled_indices(ROUND_SEED, LEASE_ID, member, n, m)]
+            chosen = [rollouts[i] for i in sampled_indices(ROUND_SEED, JOB, LEASE_ID, member, n, m)]
 
             def verify(chosen: list = chosen) -> None:
                 verdicts = verify_rollouts(model, tokenizer, task, chosen, max_new_tokens=tokens, stop_on_eos=False)

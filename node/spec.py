@@ -324,14 +324,17 @@ def explain_spec_refusal(error_name: str | None, args: dict, source: str) -> Con
                            "<= slash_eth; absent_penalty_eth <= voter_slash_eth / 10; vote_seconds and "
                            "appeal_seconds at least 60)")
     if error_name == "CheatNotDeterred":
-        percent = 100 * int(args.get("cheatPpm", 0)) / PPM
+        ppm = int(args.get("cheatPpm", 0))
+        remedy = ("raise slash_eth above a lease's pay, or lower that pay (reward_per_sample_eth x group_size x "
+                  "tasks_per_lease)" if ppm >= PPM else
+                  "verify more (sampled_fraction, committee_size), raise slash_eth, or raise "
+                  "detectable_cheat_fraction")
         return ConfigError(
-            f"{source}: a cheat on {percent:g}% of a batch would pay: its expected slash "
+            f"{source}: a cheat on {100 * ppm / PPM:g}% of a batch would pay: its expected slash "
             f"({Decimal(int(args.get('expectedSlash', 0))) / WEI_PER_ETH:f} ETH: slash_eth times the chance that "
             f"a first committee of committee_size members, each verifying sampled_fraction of the batch, catches "
             f"it) does not exceed its gain (that part's pay, {Decimal(int(args.get('gain', 0))) / WEI_PER_ETH:f} "
-            "ETH): raise slash_eth above a lease's pay (reward_per_sample_eth x group_size x tasks_per_lease), "
-            "or verify more (sampled_fraction, committee_size)")
+            f"ETH): {remedy}")
     if error_name == "TimelineTooLong":
         return ConfigError(
             f"{source}: lease_seconds + (appeal_rounds + 1) x vote_seconds + appeal_rounds x appeal_seconds + one "

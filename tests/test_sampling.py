@@ -11,13 +11,21 @@ from pathlib import Path
 import pytest
 from conftest import ETH, REPO, client_for
 from eth_account import Account
+from eth_account.messages import encode_defunct
+from eth_utils import keccak
 from rollnet.node.chain.anvil import AnvilProcess
 from rollnet.node.chain.job import FactoryClient, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.config import Deployment
 from rollnet.node.errors import ContractRevert
 from rollnet.node.p2p.objects import object_root
 from rollnet.node.rollout.generate import Rollout, generate
-from rollnet.node.sampling import catch_probability, sampled_indices, samples_checked
+from rollnet.node.sampling import (
+    catch_probability,
+    indices_from_signature,
+    sample_message,
+    sampled_indices,
+    samples_checked,
+)
 from rollnet.node.spec import explain_spec_refusal, load_job_spec
 from rollnet.node.tasks import load_task
 from rollnet.node.worker import leased_instances, submission_bytes
@@ -31,19 +39,38 @@ VERSION, ROOT = 2, "ab" * 32
 GROUP, TASKS = 4, 4
 LEASE = Lease(5, WORKER.address, LeaseStatus.VOTING, Outcome.PENDING, 0, 0, 0, VERSION, 0, b"\x09" * 32, b"")
 SEED = bytes.fromhex("5a" * 20)
-MEMBERS = [Account.from_key("0x" + f"{i:064x}").address for i in range(1, 9)]
+MEMBERS = [Account.from_key("0x" + f"{i:064x}") for i in range(1, 9)]
 
 
-def test_a_sample_is_m_distinct_sorted_indices_fixed_by_seed_lease_and_member() -> None:
-    sample = sampled_indices(SEED, 7, MEMBERS[0], 64, 8)
+def test_a_sample_is_m_distinct_sorted_indices_fixed_by_seed_job_lease_and_the_members_key() -> None:
+    sample = sampled_indices(SEED, JOB, 7, MEMBERS[0], 64, 8)
     assert sample == sorted(set(sample)) and len(sample) == 8 and all(0 <= i < 64 for i in sample)
-    assert sampled_indices(SEED, 7, MEMBERS[0], 64, 8) == sample  # anyone can recompute it
-    assert sampled_indices(SEED, 7, MEMBERS[0].lower(), 64, 8) == sample  # an address in any case
-    others = [sampled_indices(SEED, 7, member, 64, 8) for member in MEMBERS[1:]]
+    assert sampled_indices(SEED, JOB, 7, MEMBERS[0], 64, 8) == sample  # the member recomputes it after a restart
+    assert sampled_indices(SEED, JOB.lower(), 7, MEMBERS[0], 64, 8) == sample  # an address in any case
+    others = [sampled_indices(SEED, JOB, 7, member, 64, 8) for member in MEMBERS[1:]]
     assert all(other != sample for other in others)  # each member draws its own
-    assert sampled_indices(bytes.fromhex("5b" * 20), 7, MEMBERS[0], 64, 8) != sample
-    assert sampled_indices(SEED, 8, MEMBERS[0], 64, 8) != sample
-    assert sampled_indices(SEED, 7, MEMBERS[0], 5, 9) == [0, 1, 2, 3, 4]  # more than the batch: all of it
+    assert sampled_indices(bytes.fromhex("5b" * 20), JOB, 7, MEMBERS[0], 64, 8) != sample
+    assert sampled_indices(SEED, JOB, 8, MEMBERS[0], 64, 8) != sample
+    assert sampled_indices(SEED, WORKER.address, 7, MEMBERS[0], 64, 8) != sample  # another job
+    assert sampled_indices(SEED, JOB, 7, MEMBERS[0], 5, 9) == [0, 1, 2, 3, 4]  # more than the batch: all of it
+
+
+def test_only_the_members_key_draws_its_sample_and_anyone_can_check_a_revealed_one() -> None:
+    """The worker knows the seed once it is public, yet not which rollouts a member will check, so it cannot
+    serve its batch only to the members whose samples miss its fakes; a revealed signature proves the sample."""
+    member = MEMBERS[0]
+    message = encode_defunct(primitive=sample_message(SEED, JOB, 7))
+    signature = member.sign_message(message).signature
+    assert Account.recover_message(message, signature=signature) == member.address
+    assert indices_from_signature(bytes(signature), 64, 8) == sampled_indices(SEED, JOB, 7, member, 64, 8)
+    # What a worker can compute from public data alone (the seed, the job, the lease, the member's address) is
+    # no better than chance: over many leases its best guess overlaps a member's sample as often as random.
+    overlaps = []
+    for lease_id in range(300):
+        guess = set(indices_from_signature(keccak(SEED + lease_id.to_bytes(32, "big")
+                                                  + bytes.fromhex(member.address[2:])), 64, 8))
+        overlaps.append(len(guess & set(sampled_indices(SEED, JOB, lease_id, member, 64, 8))))
+    assert abs(sum(overlaps) / len(overlaps) - 8 * 8 / 64) < 0.25  # 1 expected by chance
 
 
 def test_samples_cover_every_rollout_evenly() -> None:
@@ -51,14 +78,14 @@ def test_samples_cover_every_rollout_evenly() -> None:
     picked close to 1/8 of the time."""
     counts: Counter = Counter()
     for lease_id in range(2000):
-        counts.update(sampled_indices(SEED, lease_id, MEMBERS[lease_id % len(MEMBERS)], 64, 8))
+        counts.update(sampled_indices(SEED, JOB, lease_id, MEMBERS[lease_id % len(MEMBERS)], 64, 8))
     assert set(counts) == set(range(64))
     assert all(abs(count / 2000 - 1 / 8) < 0.035 for count in counts.values()), sorted(counts.values())
 
 
 def test_no_sample_without_the_round_seed() -> None:
     with pytest.raises(ValueError, match="committee seed"):
-        sampled_indices(bytes(20), 1, MEMBERS[0], 64, 8)
+        sampled_indices(bytes(20), JOB, 1, MEMBERS[0], 64, 8)
 
 
 def test_samples_checked_rounds_up_within_the_batch() -> None:
@@ -111,6 +138,12 @@ def test_a_member_catches_a_fake_only_if_its_sample_holds_it(policy: tuple) -> N
     assert caught.reason.startswith(f"task {faked[victim].task_seed} sample {faked[victim].sample}:"), caught.reason
     assert _judge(policy, faked, others[:4]).accept  # this member's sample missed it
     assert not _judge(policy, faked, None).accept  # an appeal round verifies everything
+    # What needs no model is checked on every rollout, sampled or not: a rollout for another task's prompt.
+    other = next(r for r in rollouts if r.prompt_tokens != rollouts[victim].prompt_tokens)
+    wrong_prompt = list(rollouts)
+    wrong_prompt[victim] = dataclasses.replace(rollouts[victim], prompt_tokens=list(other.prompt_tokens))
+    refused = _judge(policy, wrong_prompt, others[:4])
+    assert not refused.accept and "not the task's prompt" in refused.reason, refused.reason
 
 
 # ------------------------------------------------------------------ the sizing rule on the real factory

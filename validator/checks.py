@@ -6,8 +6,9 @@ on chain; it is signed by the lease holder, who is an active staked worker; its 
 the trainer published for that version; its rollouts are exactly group_size samples of each leased task
 (seeds from the chain), no more and no others; every claimed reward equals the one recomputed from the
 completion tokens; every completion is within the recipe's bounds (ends exactly at EOS or at its max new
-tokens); and each audited rollout passes the prompt, seeded-sampling, TOPLOC and claimed log-prob checks at the
-claimed version and the recipe's generation settings (see `rollnet.node.rollout.verify`). The audited
+tokens), asks for the task's prompt of its seed and claims one log-prob per token; and each audited rollout
+passes the seeded-sampling, TOPLOC and claimed log-prob checks at the claimed version and the recipe's
+generation settings (see `rollnet.node.rollout.verify`). The audited
 rollouts are all of them, or the member's sample (`rollnet.node.sampling`, indices in lease order): the
 checks above it cost no model and always cover the whole batch, only the model's checks are sampled. A
 rejection says which check failed and why.
@@ -22,7 +23,12 @@ from rollnet.node.chain.job import Lease
 from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.p2p.objects import object_root
 from rollnet.node.rollout.submission import SubmissionError, parse_submission
-from rollnet.node.rollout.verify import LOGPROB_TOLERANCE, completion_bounds_problem, verify_rollouts
+from rollnet.node.rollout.verify import (
+    LOGPROB_TOLERANCE,
+    completion_bounds_problem,
+    structural_problem,
+    verify_rollouts,
+)
 from rollnet.node.tasks import Task
 from rollnet.node.worker import leased_instances
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
@@ -116,7 +122,13 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
             return reject(f"task {record.task_seed} sample {record.sample}: claimed reward {record.reward}, "
                           f"recomputed {recomputed}")
     rollouts = batch.to_rollouts()
-    if audit is not None:
+    if audit is not None:  # the model's checks on the sample; the checks that need no model on every rollout
+        for rollout in rollouts:
+            problem = structural_problem(rollout, tokenizer, task, max_new_tokens=max_new_tokens,
+                                         eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos)
+            if problem is not None:
+                return reject(f"task {rollout.task_seed} sample {rollout.sample}: {problem.reason}"
+                              + (f" (at {problem.position})" if problem.position is not None else ""))
         audited = set(audit)
         rollouts = [r for r in rollouts if position[(r.task_seed, r.sample)] in audited]
     verdicts = verify_rollouts(model, tokenizer, task, rollouts, temperature=temperature,

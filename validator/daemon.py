@@ -10,7 +10,8 @@ block; a drawn member judges its round even if the round was decided before it c
 minority may decide a sampled round at once), so that it can appeal it; data or a policy that cannot be
 obtained is waited for during the first half of the round's vote (or appeal) window before it counts
 against the worker; in round 0 a member verifies with the model only its own sample of the batch
-(`rollnet.node.sampling`, from the round's committee seed, which the worker could not know), in appeal
+(`rollnet.node.sampling`: its signature over the round's committee seed, which the worker can neither know
+in advance nor compute afterwards), in appeal
 rounds every rollout, and a sampled accept is judged again in full when an appeal round draws this
 validator, and is never voted in such a round nor grounds for an appeal (a sample proves no batch good; the
 wronged worker appeals its own rejection); votes go out in `voteBatch` transactions, and before each one
@@ -215,7 +216,7 @@ class ValidatorDaemon:
         seed = self._retrying(self.job.round_seed, pending.lease_id, 0)
         if not any(seed):
             return None  # the round's randomness was lost unstored (nobody can vote it): verify everything
-        return sampled_indices(seed, pending.lease_id, self.me, rollouts, samples)
+        return sampled_indices(seed, self.job.address, pending.lease_id, self.account, rollouts, samples)
 
     def _record(self, pending: Pending, lease: object, accept: bool, reason: str,
                 audit: list[int] | None = None, timings: dict[str, float] | None = None) -> None:
@@ -229,7 +230,10 @@ class ValidatorDaemon:
             self.publish(seal_verdict(self.job.address, pending.lease_id, lease.root, accept, reason, self.account))
 
     def attest_pending(self) -> int:
-        """Vote on every judged lease whose current round drew us and that we have not voted in (one transaction)."""
+        """Vote on every judged lease whose current round drew us and that we have not voted in (one transaction).
+        Each lease is read afresh here: judging may have taken long enough for a round to be decided and appealed,
+        and a vote cast into the wrong round (a sampled accept in an appeal round) would be slashable."""
+        self._leases = {}
         now = self._retrying(self._chain_time)
         done, votes = [], {}
         for row in self.store.open_rows(self.job.address):

@@ -78,17 +78,9 @@ def verify_rollouts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, 
     verdicts: list[RolloutVerdict | None] = [None] * len(rollouts)
     by_length: dict[int, list[int]] = {}
     for index, rollout in enumerate(rollouts):
-        if rollout.prompt_tokens != tokenizer.encode(task.instance(rollout.task_seed).prompt):
-            verdicts[index] = RolloutVerdict(False, "the prompt is not the task's prompt for its on-chain seed", 0)
-        elif not rollout.tokens:
-            verdicts[index] = RolloutVerdict(False, "empty completion", 0)
-        elif len(rollout.logprobs) != len(rollout.tokens):
-            verdicts[index] = RolloutVerdict(False, f"{len(rollout.logprobs)} log-probs for "
-                                                    f"{len(rollout.tokens)} completion tokens", 0)
-        elif max_new_tokens is not None and (problem := completion_bounds_problem(
-                rollout.tokens, max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos)):
-            verdicts[index] = RolloutVerdict(False, *problem)
-        else:
+        verdicts[index] = structural_problem(rollout, tokenizer, task, max_new_tokens=max_new_tokens,
+                                             eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos)
+        if verdicts[index] is None:
             by_length.setdefault(len(rollout.prompt_tokens) + len(rollout.tokens), []).append(index)
     capture = NormCapture(model)
     try:
@@ -112,6 +104,25 @@ def verify_rollouts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, 
     finally:
         capture.close()
     return verdicts  # type: ignore[return-value]
+
+
+def structural_problem(rollout: Rollout, tokenizer: PreTrainedTokenizerFast, task: Task, *,
+                       max_new_tokens: int | None, eos_token_ids: Collection[int] | None,
+                       stop_on_eos: bool) -> RolloutVerdict | None:
+    """The checks that need no model (the prompt is the task's for its on-chain seed, a completion, one log-prob
+    per token, the recipe's length bounds): a failing verdict, or None. A validator that verifies only a sample
+    with the model still runs these on every rollout."""
+    if rollout.prompt_tokens != tokenizer.encode(task.instance(rollout.task_seed).prompt):
+        return RolloutVerdict(False, "the prompt is not the task's prompt for its on-chain seed", 0)
+    if not rollout.tokens:
+        return RolloutVerdict(False, "empty completion", 0)
+    if len(rollout.logprobs) != len(rollout.tokens):
+        return RolloutVerdict(False, f"{len(rollout.logprobs)} log-probs for {len(rollout.tokens)} completion tokens",
+                              0)
+    if max_new_tokens is not None and (problem := completion_bounds_problem(
+            rollout.tokens, max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, stop_on_eos=stop_on_eos)):
+        return RolloutVerdict(False, *problem)
+    return None
 
 
 def _prefill_batches(rollouts: list[Rollout], indices: list[int], vocab_size: int) -> list[list[int]]:
