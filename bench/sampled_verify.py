@@ -12,6 +12,12 @@ which is also the ratio per accepted sample (both sides cover the same n samples
 baseline: every member verifies the whole batch, as before sampling. All rows come from one run, on the same
 rollouts, one after another; each time is the median of --repeats. Every verdict must accept (honest rollouts).
 
+A second table checks the sizing rule's catch chance against the sampler itself: over --trials simulated
+leases of n rollouts with k of them faked at random positions, the share in which at least one of the q
+members' samples (their real signatures, `sampled_indices`, at the default f = 1/32 and at 1/8) holds a fake,
+beside the rule's 1 - (1 - k/n)^(m x q) and the exact chance for samples drawn without replacement,
+1 - (C(n - k, m) / C(n, m))^q.
+
 Usage: python bench/sampled_verify.py [--model embedded|smollm2] [--quick] [--json PATH]
 """
 
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import random
 import statistics
 import time
 from decimal import Decimal
@@ -35,7 +43,7 @@ from rollnet.node.model.loading import load_policy, resolve_model
 from rollnet.node.model.pinned import EMBEDDED_TASK
 from rollnet.node.rollout.generate import generate
 from rollnet.node.rollout.verify import verify_rollouts
-from rollnet.node.sampling import sampled_indices, samples_checked
+from rollnet.node.sampling import catch_probability, sampled_indices, samples_checked
 from rollnet.node.tasks import load_task
 from rollnet.node.tasks.templated import ChatTemplatedTask
 
@@ -55,6 +63,26 @@ def median_seconds(work: callable, repeats: int) -> float:
     return statistics.median(times)
 
 
+def catch_rows(n: int, committee: int, trials: int) -> list[dict]:
+    """Simulated catch rates of partial cheats against the sizing rule's formula and the exact chance."""
+    members = [Account.from_key("0x" + f"{i + 101:064x}") for i in range(committee)]
+    rng = random.Random(17)
+    rows = []
+    for fraction in ("1/32", "1/8"):
+        m = samples_checked(Decimal(Fraction(fraction).numerator) / Decimal(Fraction(fraction).denominator), n)
+        for faked in (1, n // 8, n // 2):
+            caught = 0
+            for lease_id in range(trials):
+                fakes = set(rng.sample(range(n), faked))
+                seed = rng.randbytes(20)
+                caught += any(fakes & set(sampled_indices(seed, JOB, lease_id, member, n, m)) for member in members)
+            exact = 1 - (math.comb(n - faked, m) / math.comb(n, m)) ** committee
+            rows.append({"f": fraction, "samples_per_member": m, "faked": faked, "trials": trials,
+                         "caught_rate": caught / trials, "rule": catch_probability(faked / n, m, committee),
+                         "exact": exact})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="embedded or smollm2")
@@ -65,6 +93,8 @@ def main() -> None:
     parser.add_argument("--committee", type=int, default=3, help="q: first-round members (examples/job.toml: 3)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="completion length (default 32; embedded 6)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--trials", type=int, default=None, help="simulated leases per catch row (default 2000; "
+                        "quick 200)")
     args = parser.parse_args()
     model_name = "embedded" if args.quick else args.model
     repeats = 1 if args.quick else args.repeats
@@ -115,10 +145,20 @@ def main() -> None:
         table.add_row(row["f"], str(row["samples_per_member"]), f"{row['verify_s_committee']:.3f}",
                       f"{row['fraction_of_generation']:.1%}", f"{row['vs_full']:.3f}")
     console.print(table)
+    catches = catch_rows(n, args.committee, args.trials or (200 if args.quick else 2000))
+    caught = Table(title=f"caught per lease: simulated against the sizing rule ({n} rollouts, {args.committee} "
+                         "members, each its own signature-drawn sample)")
+    for column in ("f", "checked per member", "faked", "simulated", "rule 1-(1-c)^(mq)", "exact"):
+        caught.add_column(column, justify="right")
+    for row in catches:
+        caught.add_row(row["f"], str(row["samples_per_member"]), f"{row['faked']} of {n}",
+                       f"{row['caught_rate']:.3f}", f"{row['rule']:.3f}", f"{row['exact']:.3f}")
+    console.print(caught)
     report = {"benchmark": "sampled_verify", "model": model_name, "quick": args.quick, "tasks": args.tasks,
               "group": args.group, "max_new_tokens": tokens, "committee": args.committee, "repeats": repeats,
               "generation_s": round(generation_s, 4), "rows": rows, "cores": os.cpu_count(),
-              "verification_fraction": {model_name: {row["f"]: row["fraction_of_generation"] for row in rows}}}
+              "verification_fraction": {model_name: {row["f"]: row["fraction_of_generation"] for row in rows}},
+              "catch": catches}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2))
     console.print(f"wrote {args.json}")

@@ -120,6 +120,8 @@ def test_sampled_verification_benchmark_quick(tmp_path: Path, model_home: Path) 
     rows = {row["f"]: row for row in report["rows"]}
     assert [rows[f]["samples_per_member"] for f in ("1/32", "1/8", "1")] == [2, 8, 64]  # of a 64-rollout lease
     assert rows["1"]["vs_full"] == 1 and all(row["fraction_of_generation"] > 0 for row in rows.values())
+    for row in report["catch"]:  # the rule never promises more than sampling delivers (without replacement)
+        assert row["rule"] <= row["exact"] + 1e-12 and 0 <= row["caught_rate"] <= 1
 
 
 def test_efficiency_benchmark_runs_the_three_arms(tmp_path: Path, model_home: Path) -> None:
