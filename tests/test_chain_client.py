@@ -96,6 +96,32 @@ def test_follow_yields_events_in_chain_order_from_a_block(market: Deployment, an
     assert seen == [("FactorySet", None), *[("NodeJoined", peers[i].peer_id_bytes) for i in (1, 2, 3)]]
 
 
+def test_logs_come_in_bounded_ranges_with_one_request_each_whatever_the_event_kinds(
+        market: Deployment, anvil: AnvilProcess) -> None:
+    """A follower's requests grow with the blocks it covers (one eth_getLogs per range of at most max_blocks),
+    not with the event kinds it follows or the events in them; the ranges tile start..end without a gap."""
+    peers = {index: PeerIdentity.generate() for index in (1, 2, 3, 4, 5)}
+    for index, peer in peers.items():
+        RegistryClient(client_for(anvil, index), market.registry).join(peer, Role.WORKER, ETH)
+    reader = ChainClient(anvil.url)
+    contract = reader.contract("NodeRegistry", market.registry)
+    head = reader.block_number()
+    requests = []
+    original = reader.w3.eth.get_logs
+    reader.w3.eth.get_logs = lambda params: requests.append(params) or original(params)  # type: ignore[method-assign]
+    kinds = ["NodeJoined", "FactorySet", "Slashed", "StakeAdded", "UnbondRequested"]
+    ranges = list(reader.log_ranges(contract, kinds, market.deployed_at_block, head, max_blocks=3))
+    span = head - market.deployed_at_block + 1
+    assert len(requests) == len(ranges) == -(-span // 3)
+    assert [(r["fromBlock"], r["toBlock"]) for r in requests] == [
+        (low, min(head, low + 2)) for low in range(market.deployed_at_block, head + 1, 3)]
+    assert [end for end, _ in ranges] == [r["toBlock"] for r in requests]
+    logs = [log for _, chunk in ranges for log in chunk]
+    assert [(log["event"], log["args"].get("peerId")) for log in logs] == [
+        ("FactorySet", None), *[("NodeJoined", peers[i].peer_id_bytes) for i in (1, 2, 3, 4, 5)]]
+    assert logs == sorted(logs, key=lambda log: (log["blockNumber"], log["logIndex"]))
+
+
 def test_receipt_wait_times_out_with_a_clear_error(anvil: AnvilProcess) -> None:
     sender = ChainClient(anvil.url, dev_account(6), receipt_timeout=1.0)
     sender.rpc("evm_setAutomine", [False])

@@ -247,7 +247,7 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
             path.write_text(address + "\n")
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),
                                p2p_fetcher(node, registry), events, held_out_every=held_out_every,
-                               held_out_prompts=held_out_prompts)
+                               held_out_prompts=held_out_prompts, from_block=cli.deployment().deployed_at_block)
         console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "
                       f"peer {address}")
         base = market.held_out()

@@ -56,7 +56,8 @@ class MarketCounts:
 class MarketTrainer:
     def __init__(self, trainer: Trainer, job: JobClient, registry: RegistryClient, node: P2PNode,
                  ledger: SubmissionLedger, fetch: Fetcher, events: EventLog, *, held_out_every: int = 10,
-                 held_out_prompts: int = HELD_OUT_PROMPTS, reannounce_s: float = 2.0, recent_versions: int = 8):
+                 held_out_prompts: int = HELD_OUT_PROMPTS, reannounce_s: float = 2.0, recent_versions: int = 8,
+                 from_block: int = 0):
         self.trainer = trainer
         self.job = job
         self.registry = registry
@@ -67,6 +68,7 @@ class MarketTrainer:
         self.held_out_every = held_out_every
         self.held_out_prompts = held_out_prompts
         self.reannounce_s = reannounce_s
+        self.from_block = from_block  # the market's deployment block: no job's events come before it
         spec = job.spec()
         self.spec = spec
         if spec.trainer.lower() != trainer.signer.address.lower():
@@ -160,15 +162,15 @@ class MarketTrainer:
                 log.info("dropped a verdict: %s", exc)
 
     def follow_submissions(self) -> None:
+        """Record BatchSubmitted events from the cursor (at first, the deployment block) to the head, in bounded
+        block ranges, the cursor moving with each range."""
         client = self.job.client
         head = client.block_number()
-        start = self.ledger.cursor(self.job.address) + 1
-        if head < start:
-            return
-        logs = client.events(self.job.contract, "BatchSubmitted", start, head)
-        rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
-                for e in logs]
-        self.ledger.record_events(self.job.address, rows, head)
+        start = max(self.ledger.cursor(self.job.address) + 1, self.from_block)
+        for end, logs in client.log_ranges(self.job.contract, ["BatchSubmitted"], start, head):
+            rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
+                    for e in logs]
+            self.ledger.record_events(self.job.address, rows, end)
 
     def admit_ready(self) -> None:
         for row in self.ledger.unjudged(self.job.address):

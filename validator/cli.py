@@ -91,7 +91,8 @@ def run(
         daemon = ValidatorDaemon(job_client, registry, account, task_def,
                                  StorePolicies(store, base, tokenizer, job_client.policy_root),
                                  p2p_fetcher(node, registry), SubmissionLedger(cli.data_dir / "validator.sqlite"),
-                                 publish=lambda data: node.publish(verdict_topic, data), events=events)
+                                 publish=lambda data: node.publish(verdict_topic, data), events=events,
+                                 from_block=deployment.deployed_at_block)
         console.print(f"validating job {job_client.address} as {account.address} (peer {identity.peer_id})")
         events.emit("start", address=account.address, peer=identity.peer_id)
         while True:

@@ -68,7 +68,7 @@ class ValidatorDaemon:
     def __init__(self, job: JobClient, registry: RegistryClient, account: LocalAccount, task: Task,
                  policies: PolicySource, fetch: Fetcher, store: SubmissionLedger,
                  publish: Callable[[bytes], None] | None = None, retries: int = 5, backoff_s: float = 0.5,
-                 events: EventLog | None = None, appeals: bool = True):
+                 events: EventLog | None = None, appeals: bool = True, from_block: int = 0):
         self.job = job
         self.registry = registry
         self.account = account
@@ -81,6 +81,7 @@ class ValidatorDaemon:
         self.backoff_s = backoff_s
         self.events = events or EventLog(None)
         self.appeals = appeals
+        self.from_block = from_block  # the market's deployment block: no job's events come before it
         self.spec = self._retrying(job.spec)
         self.keeper = Keeper(job, self.events, self.spec)
         self._enlisted = False
@@ -117,19 +118,22 @@ class ValidatorDaemon:
         return self._leases[lease_id]
 
     def follow_events(self) -> int:
-        """Record BatchSubmitted and Appealed events since the cursor; returns how many submissions were new."""
+        """Record BatchSubmitted and Appealed events from the cursor (at first, the deployment block) to the head,
+        in bounded block ranges with one request each, the cursor moving with each range; returns how many
+        submissions were new."""
         client = self.job.client
         head = self._retrying(client.block_number)
-        start = self.store.cursor(self.job.address) + 1
+        start = max(self.store.cursor(self.job.address) + 1, self.from_block)
         if head < start:
             return 0
-        submitted = self._retrying(client.events, self.job.contract, "BatchSubmitted", start, head)
-        appealed = self._retrying(client.events, self.job.contract, "Appealed", start, head)
-        rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
-                for e in submitted]
+        ranges = self._retrying(lambda: list(client.log_ranges(self.job.contract, ["BatchSubmitted", "Appealed"],
+                                                                start, head)))
         before = len(self.store.all(self.job.address))
-        self.store.record_events(self.job.address, rows, head,
-                                 appeals=[(e["args"]["leaseId"], e["args"]["round"]) for e in appealed])
+        for end, logs in ranges:
+            rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
+                    for e in logs if e["event"] == "BatchSubmitted"]
+            appeals = [(e["args"]["leaseId"], e["args"]["round"]) for e in logs if e["event"] == "Appealed"]
+            self.store.record_events(self.job.address, rows, end, appeals=appeals)
         return len(self.store.all(self.job.address)) - before
 
     def find_membership(self) -> int:

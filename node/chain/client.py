@@ -37,6 +37,7 @@ GAS_MARGIN = 1.25
 FEE_CACHE_SECONDS = 5.0
 FEE_HISTORY_BLOCKS = 10  # recent blocks whose priority fees set ours (eth_feeHistory)
 FEE_PERCENTILE = 50
+LOG_RANGE_BLOCKS = 2_000  # blocks per eth_getLogs request (public endpoints refuse much larger ranges)
 log = logging.getLogger(__name__)
 
 
@@ -272,6 +273,26 @@ class ChainClient:
         with rpc_errors(self.rpc_url):
             return list(contract.events[event].get_logs(from_block=from_block, to_block=to_block))
 
+    def log_ranges(self, contract: Contract, events: list[str], start: int, end: int,
+                   max_blocks: int = LOG_RANGE_BLOCKS) -> Iterator[tuple[int, list]]:
+        """The decoded logs of `events` from blocks `start`..`end`, in chain order, as (last block of the range,
+        logs) for consecutive ranges of at most `max_blocks` blocks: one eth_getLogs per range, however many
+        event kinds, so a follower's calls grow with the blocks it covers, never with the events in them, and no
+        request asks a node for more blocks than public endpoints serve."""
+        kinds = {bytes.fromhex(contract.events[name]().topic.removeprefix("0x")): contract.events[name]()
+                 for name in events}
+        low = start
+        while low <= end:
+            high = min(end, low + max_blocks - 1)
+            with rpc_errors(self.rpc_url):
+                raw = self.w3.eth.get_logs({"address": contract.address, "fromBlock": low, "toBlock": high,
+                                            "topics": [["0x" + topic.hex() for topic in kinds]]})
+            logs = [kinds[bytes(log["topics"][0])].process_log(log) for log in raw
+                    if log["topics"] and bytes(log["topics"][0]) in kinds]
+            logs.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
+            yield high, logs
+            low = high + 1
+
     def follow(
         self, contract: Contract, events: list[str], from_block: int, poll_seconds: float = 0.5,
         stop: threading.Event | None = None,
@@ -281,9 +302,8 @@ class ChainClient:
         while stop is None or not stop.is_set():
             head = self.block_number()
             if head >= next_block:
-                batch = [log for name in events for log in self.events(contract, name, next_block, head)]
-                batch.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
-                yield from batch
+                for _, logs in self.log_ranges(contract, events, next_block, head):
+                    yield from logs
                 next_block = head + 1
             else:
                 time.sleep(poll_seconds)
