@@ -11,10 +11,9 @@ minority may decide a sampled round at once), so that it can appeal it; data or 
 obtained is waited for during the first half of the round's vote (or appeal) window before it counts
 against the worker; in round 0 a member verifies with the model only its own sample of the batch
 (`rollnet.node.sampling`: its signature over the round's committee seed, which the worker can neither know
-in advance nor compute afterwards), in appeal
-rounds every rollout, and a sampled accept is judged again in full when an appeal round draws this
-validator, and is never voted in such a round nor grounds for an appeal (a sample proves no batch good; the
-wronged worker appeals its own rejection); votes go out in `voteBatch` transactions, and before each one
+in advance nor compute afterwards), in appeal rounds every rollout, and a sampled accept is judged again in
+full when an appeal round draws this validator, and is never voted in such a round nor grounds for an
+appeal (a sample proves no batch good; the wronged worker appeals its own rejection); votes go out in `voteBatch` transactions, and before each one
 the chain is asked whether this validator already voted in that round, so a crash at any point neither loses
 nor duplicates a vote; a decision that contradicts this validator's verdict (unless that verdict was a
 rejection for lack of data, or a sampled accept) is appealed while appeals remain; chain errors back off
