@@ -93,7 +93,7 @@ from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import Keeper, current_outcome
+from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, current_outcome
 from rollnet.node.keys import dev_account
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.builder import _batch, build_default_model
@@ -1039,7 +1039,7 @@ def partial_submission(job: str, lease: Lease, account: LocalAccount, policies: 
 
 def run_to_final(market: Market, judges: Judges, job: str, lease_id: int, steps: int = 12) -> Lease:
     """Let the three daemons verify, vote, appeal and settle the lease: run them all; where that changed
-    nothing, move the clock past the lease's current deadline (vote or appeal window)."""
+    nothing, move the clock past the lease's current deadline (vote or appeal window) and every keeper's turn."""
     view = market.view(job)
     for _ in range(steps):
         before = view.lease(lease_id)
@@ -1051,7 +1051,7 @@ def run_to_final(market: Market, judges: Judges, job: str, lease_id: int, steps:
                 judges.daemon(party).run_once()
             return lease
         if (lease.round, lease.status, lease.outcome) == (before.round, before.status, before.outcome):
-            market.advance_to(lease.deadline + 1)
+            market.advance_to(lease.deadline + 1 + 3 * KEEPER_GRACE_S)  # past every keeper's turn
     raise RuntimeError(f"lease {lease_id} did not settle in {steps} steps")
 
 

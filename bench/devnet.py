@@ -1,5 +1,6 @@
-"""The whole market, twice, side by side: workers with back-pressure (at most one batch waiting for
-validators, the default) against workers that submit as fast as they can.
+"""The whole market, three times, side by side: workers with tight back-pressure (at most one batch waiting
+for validators), pipelined workers (up to the staleness budget waiting, the default since issue 17), and
+workers that submit as fast as they can.
 
 Each arm is a complete `rollnet devnet` run (anvil, trainer, 3 workers, 2 validators as processes; same
 steps, lr and staleness budget) and writes its own run directory with the full report. On two shared cores
@@ -24,7 +25,8 @@ from rollnet.node.cli.context import make_console
 
 from rollnet.devnet import DevnetConfig, run_devnet
 
-ARMS = {"back-pressure (1 undecided batch per worker)": 1, "no back-pressure": 1000}
+ARMS = {"back-pressure (1 undecided batch per worker)": 1,
+        "pipelined (up to the staleness budget undecided, the default)": None, "no back-pressure": 1000}
 
 
 def main() -> None:

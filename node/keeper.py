@@ -1,6 +1,10 @@
 """Chores anyone may do on a job, shared by every role: return expired leases, settle leases whose outcome is
 final, slash the voters who voted against a final outcome, collect rewards and withdraw pay.
 
+Every function takes a lease read from the chain (`Lease`) or as the events describe it (`LeaseEntry`, from
+the one lease follower, `rollnet.node.lease_book`): given an entry, nothing is read again from the chain
+except what no event states (a member's weight).
+
 Invariants: an action is sent only when the chain's own rules allow it at the latest block's time (`due`
 mirrors TrainingJob's deadlines: a vote window that passed counts as closed, its appeal window counted
 from the vote deadline; the final round settles at once), so a keeper never pays for a revert it could
@@ -13,14 +17,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from eth_utils import keccak
 from rollnet.node.chain.job import SETTLED_STATUSES, ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
+from rollnet.node.lease_book import LeaseEntry
 
 log = logging.getLogger(__name__)
+KEEPER_GRACE_S = 10  # chain seconds between the turns of a lease's worker, its voters and everyone else
 
 
-def due(lease: Lease, now: int, spec: ChainSpec) -> str | None:
+LeaseView = Lease | LeaseEntry
+
+
+def due(lease: LeaseView, now: int, spec: ChainSpec) -> str | None:
     """The keeper action the chain allows on `lease` at time `now`: 'reclaim', 'finalize' or None."""
     final_round = lease.round >= spec.appeal_rounds
     if lease.status is LeaseStatus.LEASED and now > lease.deadline:
@@ -32,7 +42,31 @@ def due(lease: Lease, now: int, spec: ChainSpec) -> str | None:
     return None
 
 
-def appealable(lease: Lease, now: int, spec: ChainSpec) -> bool:
+def due_since(lease: LeaseView, spec: ChainSpec) -> int:
+    """The chain time from which `due` allows the lease's next keeper action (meaningful only while it has one)."""
+    final_round = lease.round >= spec.appeal_rounds
+    if lease.status is LeaseStatus.VOTING:
+        return lease.deadline + 1 + (0 if final_round else spec.appeal_window)
+    if lease.status is LeaseStatus.DECIDED and final_round:
+        return lease.deadline  # the final round's decision time: due at once
+    return lease.deadline + 1
+
+
+def keeper_turn(lease: LeaseView, address: str, spec: ChainSpec, grace_s: int) -> int:
+    """When `address` takes its turn at the lease's due keeper action: the lease's worker (paid by it) at once,
+    the lease's voters (rewarded by it) `grace_s` later, anyone else from `2 * grace_s` later, spread over
+    another `grace_s` by a hash of (lease, address). So a live market settles each lease with about one
+    transaction, however many participants watch it, and a dead worker's leases still settle."""
+    start = due_since(lease, spec)
+    if address.lower() == lease.worker.lower():
+        return start
+    if isinstance(lease, LeaseEntry) and any(address in ballots for ballots in lease.votes.values()):
+        return start + grace_s
+    spread = int.from_bytes(keccak(lease.lease_id.to_bytes(32, "big") + bytes.fromhex(address[2:]))[:8], "big")
+    return start + 2 * grace_s + spread * (grace_s + 1) // 2**64
+
+
+def appealable(lease: LeaseView, now: int, spec: ChainSpec) -> bool:
     """Whether the lease's current decision (or closed vote window) can still be appealed at `now`."""
     if lease.round >= spec.appeal_rounds:
         return False
@@ -41,7 +75,7 @@ def appealable(lease: Lease, now: int, spec: ChainSpec) -> bool:
     return lease.status is LeaseStatus.VOTING and lease.deadline < now <= lease.deadline + spec.appeal_window
 
 
-def appeal_deadline(lease: Lease, spec: ChainSpec) -> int | None:
+def appeal_deadline(lease: LeaseView, spec: ChainSpec) -> int | None:
     """Until when the lease's current decision can be appealed (None while its votes are open or once final)."""
     if lease.round >= spec.appeal_rounds:
         return None
@@ -50,7 +84,7 @@ def appeal_deadline(lease: Lease, spec: ChainSpec) -> int | None:
     return lease.deadline + spec.appeal_window if lease.status is LeaseStatus.VOTING else None
 
 
-def final_outcome(job: JobClient, lease: Lease, now: int, spec: ChainSpec) -> Outcome | None:
+def final_outcome(job: JobClient, lease: LeaseView, now: int, spec: ChainSpec) -> Outcome | None:
     """The lease's outcome once nothing can change it any more (settled, the final round decided, or an
     appeal window passed unused), else None; an expired lease counts as void."""
     settled = {LeaseStatus.PAID: Outcome.ACCEPT, LeaseStatus.SLASHED: Outcome.REJECT,
@@ -62,9 +96,11 @@ def final_outcome(job: JobClient, lease: Lease, now: int, spec: ChainSpec) -> Ou
     return None
 
 
-def current_outcome(job: JobClient, lease: Lease, now: int) -> Outcome:
+def current_outcome(job: JobClient, lease: LeaseView, now: int) -> Outcome:
     """The lease's current round's outcome, counting a passed vote window as closed."""
     if lease.status is LeaseStatus.VOTING and now > lease.deadline:
+        if isinstance(lease, LeaseEntry):
+            return lease.round_outcome(lease.round)
         return job.outcome_of(lease.lease_id)
     return lease.outcome
 
@@ -75,7 +111,7 @@ class Keeper:
         self.events = events
         self.spec = spec or job.spec()
 
-    def act(self, lease: Lease, now: int) -> str | None:
+    def act(self, lease: LeaseView, now: int) -> str | None:
         """Do whatever the chain allows on `lease` now; returns the action taken."""
         action = due(lease, now, self.spec)
         if action is None:
@@ -88,19 +124,31 @@ class Keeper:
         self.events.emit(action, lease=lease.lease_id, worker=lease.worker, status=lease.status.name.lower())
         return action
 
-    def slash_losers(self, lease_id: int, from_block: int = 0) -> int:
+    def act_in_turn(self, lease: LeaseView, now: int, grace_s: int) -> str | None:
+        """`act`, once this account's turn at the lease's due action has come (`keeper_turn`)."""
+        if due(lease, now, self.spec) is None or now < keeper_turn(lease, self.job.client.address, self.spec, grace_s):
+            return None
+        return self.act(lease, now)
+
+    def slash_losers(self, lease_id: int, from_block: int = 0, entry: LeaseEntry | None = None) -> int:
         """Slash every voter who voted against a settled lease's final outcome (each once; a sampled first round's
-        accepts of a rejected batch are not slashable); returns how many.
-        `from_block` (the lease's submission block, when known) bounds the search for its votes."""
-        lease = self.job.lease(lease_id)
-        if lease.status not in SETTLED_STATUSES or lease.outcome not in (Outcome.ACCEPT, Outcome.REJECT):
+        accepts of a rejected batch are not slashable); returns how many. Its votes come from `entry` (the lease
+        follower's, once final), else from its Voted events from `from_block` (its submission block, when known)."""
+        if entry is not None and entry.final:
+            status, outcome = entry.status, entry.outcome
+            votes = [(round_, voter, accept) for round_, ballots in entry.votes.items()
+                     for voter, accept in ballots.items()]
+        else:
+            lease = self.job.lease(lease_id)
+            status, outcome = lease.status, lease.outcome
+            votes = [(v["round"], v["validator"], v["accept"]) for v in self.job.votes(lease_id, from_block=from_block)]
+        if status not in SETTLED_STATUSES or outcome not in (Outcome.ACCEPT, Outcome.REJECT):
             return 0
-        accepted = lease.outcome is Outcome.ACCEPT
-        votes = self.job.votes(lease_id, from_block=from_block)
+        accepted = outcome is Outcome.ACCEPT
         # TrainingJob.slashLoser: a sampled first round's accept of a batch finally rejected was in good faith.
         sampled_first = self.spec.samples_checked < self.spec.rollouts_per_lease
-        losers = dict.fromkeys(v["validator"] for v in votes if v["accept"] != accepted
-                               and not (sampled_first and not accepted and v["round"] == 0))
+        losers = dict.fromkeys(voter for round_, voter, accept in votes if accept != accepted
+                               and not (sampled_first and not accepted and round_ == 0))
         slashed = 0
         for voter in losers:
             try:
@@ -111,20 +159,24 @@ class Keeper:
             slashed += 1
         return slashed
 
-    def penalize_absentees(self, lease: Lease, candidates: Callable[[], Iterable[str]]) -> int:
+    def penalize_absentees(self, lease: LeaseView, candidates: Callable[[], Iterable[str]]) -> int:
         """Penalize every drawn member among `candidates()` (asked only if needed: the job's enlisted validators)
         who did not vote in a round of `lease` that ran to its deadline (rounds decided early ask nothing more of
-        their members); returns how many."""
+        their members); returns how many. Given an entry, its rounds and ballots come from the events."""
         penalized = 0
         members: list[str] | None = None
         for round_ in range(lease.round + 1):
-            state = self.job.round(lease.lease_id, round_)
-            leading = max(state.accept_weight, state.reject_weight)
-            if not state.drawn or 2 * leading > state.total_weight:
+            if isinstance(lease, LeaseEntry):
+                drawn, total = round_ in lease.totals, lease.totals.get(round_, 0)
+                leading = max(lease.weights.get(round_, [0, 0]))
+            else:
+                state = self.job.round(lease.lease_id, round_)
+                drawn, total, leading = state.drawn, state.total_weight, max(state.accept_weight, state.reject_weight)
+            if not drawn or 2 * leading > total:
                 continue
             members = list(candidates()) if members is None else members
             for member in members:
-                if member.lower() == lease.worker.lower() or round_ in self.job.ballot(lease.lease_id, member):
+                if member.lower() == lease.worker.lower() or self._voted(lease, round_, member):
                     continue
                 if not self.job.member_weight(lease.lease_id, round_, member):
                     continue
@@ -135,6 +187,11 @@ class Keeper:
                 self.events.emit("penalize_absent", lease=lease.lease_id, round=round_, member=member)
                 penalized += 1
         return penalized
+
+    def _voted(self, lease: LeaseView, round_: int, member: str) -> bool:
+        if isinstance(lease, LeaseEntry):
+            return member in lease.votes.get(round_, {})
+        return round_ in self.job.ballot(lease.lease_id, member)
 
     def collect(self, lease_ids: Iterable[int]) -> int:
         """Claim this account's rewards from settled leases, then withdraw everything owed; returns wei withdrawn."""

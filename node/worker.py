@@ -8,9 +8,12 @@ was signed.
 
 The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's,
 and never with one older than the job's staleness bound allows (it waits for the next delta instead);
-it keeps at most `max_undecided` submissions waiting for their committee (back-pressure: when validators
-fall behind, new batches would only grow stale in their queue), and claims only while its free stake
-covers another lease's collateral; an honest worker appeals a rejection (or a void round) of its own
+it generates its next lease while earlier ones wait for their committees, keeping at most `max_undecided`
+waiting (back-pressure: when validators fall behind, new batches would only grow stale in their queue), and
+claims only while its free stake covers another lease's collateral. It follows the chain through its lease
+book (`rollnet.node.lease_book`: only its own leases' events, a fixed number of requests per pass, however
+many leases are in flight), and does the keeper chores of its own leases (validators, who follow every lease,
+do everyone's in their turn); an honest worker appeals a rejection (or a void round) of its own
 batch while appeals remain. Every claim, submission, appeal and keeper action is one event in its log.
 Keeper duties anyone may do (return expired leases to the queue, settle leases whose outcome is final)
 keep the market moving when a participant dies; a lost race for them is harmless.
@@ -22,12 +25,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
-from rollnet.node.chain.job import JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import Keeper, appealable, current_outcome
+from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, appealable, current_outcome
+from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.p2p.objects import ObjectStore, object_root
 from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.rollout.backend import PolicyEngine, RolloutBackend
@@ -126,6 +131,15 @@ def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, b
     return SubmittedLease(lease.lease_id, root, data, rollouts)
 
 
+def default_undecided(spec: ChainSpec) -> int:
+    """How many submitted batches a worker lets wait for their committees at once, by default: as many as the
+    job's staleness budget (at least 1). The worker generates its next lease while earlier ones wait, so the
+    committees' latency overlaps generation instead of adding to it; a batch waiting longer than the trainer
+    takes to publish that many versions would arrive too stale to train on, so more would only be wasted.
+    The worker's collateral bounds it too: a claim its free stake cannot cover is refused, and it waits."""
+    return max(1, spec.max_staleness)
+
+
 @dataclass
 class WorkerLoop:
     job: JobClient
@@ -138,24 +152,42 @@ class WorkerLoop:
     delay_s: float = 0.0
     tamper: Tamper = HONEST
     keeper_every_s: float = 5.0
-    max_undecided: int = 1
+    keeper_grace_s: int = KEEPER_GRACE_S
+    max_undecided: int | None = None  # None: the job's staleness budget (at least 1), see `default_undecided`
+    from_block: int = 0  # the market's deployment block: no lease's events come before it
+    book_path: Path | None = None  # where the lease follower keeps its cursor (None: in memory)
     submitted: int = 0
     _undecided: list[int] = field(default_factory=list)
     _keeper_at: float = 0.0
-    _low_lease: int = 1
     _idle_reason: str = ""
     _appealed: set[tuple[int, int]] = field(default_factory=set)
-    _settled_own: list[int] = field(default_factory=list)
+    _rewards_due: set[int] = field(default_factory=set)  # own appealed leases, settled: appellant rewards to claim
+    _owed_maybe: bool = True  # something may be owed: check (and withdraw) at the next keeper pass
 
     def __post_init__(self) -> None:
         self.keeper = Keeper(self.job, self.events, self.job.spec())
+        if self.max_undecided is None:
+            self.max_undecided = default_undecided(self.job.spec())
+        self.book = LeaseBook(self.job, self.from_block, self.book_path, worker=self.account.address)
+
+    def sync(self) -> None:
+        """Fold the job's new events (a fixed number of requests, however many leases are in flight) and note
+        this worker's own leases that became final."""
+        me = self.account.address.lower()
+        for entry in self.book.poll().finished:
+            if entry.worker.lower() != me:
+                continue
+            self._owed_maybe = self._owed_maybe or entry.status is LeaseStatus.PAID or entry.round > 0
+            if any(lease_id == entry.lease_id for lease_id, _ in self._appealed):
+                self._rewards_due.add(entry.lease_id)
 
     def step(self) -> bool:
         """Claim, generate and submit one lease; returns False when it had to wait instead."""
         self.follower.poll()
+        self.sync()
         if time.monotonic() - self._keeper_at > self.keeper_every_s:
             self.keep()
-        self._undecided = [i for i in self._undecided if self.job.lease(i).status is LeaseStatus.VOTING]
+        self._undecided = [i for i in self._undecided if self._waiting(i)]
         if len(self._undecided) >= self.max_undecided:
             return False  # back-pressure: validators are behind, and more batches would only age in their queue
         current = self.job.current_version()
@@ -166,7 +198,15 @@ class WorkerLoop:
             return False
         backend = self.policies.at(version)
         timings: dict[str, float] = {}
-        lease = claim_with_seed(self.job, timings=timings)
+        try:
+            lease = claim_with_seed(self.job, timings=timings)
+        except ContractRevert as exc:
+            if exc.error_name != "RandomnessExpired":
+                raise
+            # More than 256 blocks passed between the claim and the seed draw (a busy chain, or this worker
+            # stalled): the lease can only expire now, costing the expiry fee. Claim afresh.
+            self.events.emit("lost_lease", reason=exc.error_name)
+            return False
         self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
         started = time.perf_counter()
         try:
@@ -189,28 +229,28 @@ class WorkerLoop:
                          **{name: round(value, 4) for name, value in timings.items()})
         return True
 
-    def keep(self) -> None:
-        """Keeper duties on every lease not yet final, appeals of this worker's own wrongly judged batches,
-        then collect what this worker is owed."""
-        self._keeper_at = time.monotonic()
-        now = self.job.client.now()
-        me = self.account.address.lower()
-        count = self.job.lease_count()
-        low = None
-        for lease_id in range(self._low_lease, count + 1):
-            lease = self.job.lease(lease_id)
-            if lease.final:
-                if lease.worker.lower() == me and lease_id not in self._settled_own:
-                    self._settled_own.append(lease_id)
-                continue
-            low = low or lease_id
-            if lease.worker.lower() == me:
-                self._appeal_if_wronged(lease, now)
-            self.keeper.act(lease, now)
-        self._low_lease = low or count + 1
-        self.keeper.collect([i for i in self._settled_own if any(a[0] == i for a in self._appealed)])
+    def _waiting(self, lease_id: int) -> bool:
+        """Whether a lease this worker submitted before the last `sync` still waits for its committee (a lease the
+        book no longer holds became final)."""
+        entry = self.book.get(lease_id)
+        return entry is not None and entry.status in (LeaseStatus.LEASED, LeaseStatus.VOTING)
 
-    def _appeal_if_wronged(self, lease: Lease, now: int) -> None:
+    def keep(self) -> None:
+        """Keeper duties on this worker's own leases in flight (its turn comes first), appeals of its wrongly
+        judged batches, then collect what it is owed (asked of the chain only when something may be owed)."""
+        self._keeper_at = time.monotonic()
+        now = self.book.now or self.job.client.now()
+        me = self.account.address.lower()
+        for entry in self.book.open_leases():
+            if entry.worker.lower() == me:
+                self._appeal_if_wronged(entry, now)
+            self.keeper.act_in_turn(entry, now, self.keeper_grace_s)
+        if self._owed_maybe or self._rewards_due:
+            self.keeper.collect(sorted(self._rewards_due))
+            self._rewards_due.clear()
+            self._owed_maybe = False
+
+    def _appeal_if_wronged(self, lease: LeaseEntry, now: int) -> None:
         """An honest worker knows its batch is good: it appeals a rejection or a void round while it can."""
         if self.tamper is not HONEST or (lease.lease_id, lease.round) in self._appealed:
             return
@@ -219,8 +259,7 @@ class WorkerLoop:
         outcome = current_outcome(self.job, lease, now)
         if outcome not in (Outcome.REJECT, Outcome.VOID):
             return
-        state = self.job.round(lease.lease_id, lease.round)
-        if outcome is Outcome.VOID and not (state.accept_weight or state.reject_weight):
+        if outcome is Outcome.VOID and not lease.voted(lease.round):
             return  # nobody voted: a larger committee of the same absent validators would only burn the bond
         try:
             self.job.appeal(lease.lease_id)

@@ -136,6 +136,20 @@ def test_efficiency_benchmark_runs_the_three_arms(tmp_path: Path, model_home: Pa
     assert 0 < report["verification_fraction"]["embedded"]
 
 
+def test_scale_benchmark_settles_every_lease_and_reports_each_measure(tmp_path: Path) -> None:
+    """One small row (4 workers, 3 validators) against the real contracts: every lease is settled and paid, each
+    measure the issue names is in the JSON, and every first round had its committee (numbers are not asserted)."""
+    report = run_bench("scale", tmp_path, extra=("--rows", "4x3", "--processes", "2"), timeout=600)
+    (row,) = report["rows"]
+    assert (row["workers"], row["validators"], row["leases"], row["accepted_leases"]) == (4, 3, 4, 4)
+    assert {"rpc_calls_per_lease", "gas_per_accepted_sample", "verifications_per_validator_per_lease"} <= set(row)
+    assert row["gas_per_accepted_sample"] == pytest.approx(sum(row["gas_per_accepted_sample_by_function"].values()),
+                                                           rel=0.01)  # the participants' counts, the chain's scan
+    assert not any("reverted" in name for name in row["gas_per_accepted_sample_by_function"])  # keepers took turns
+    assert row["verifications_per_lease"] >= 1 and row["admission_latency_s"]["median"] > 0
+    assert set(row["rpc_calls_per_participant_per_s"]) == {"workers", "validators"}
+
+
 @needs_real
 def test_real_model_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
     """SmolLM2 end to end in one quick run: sampled reward per candidate task (chat template, EOS, answer

@@ -15,6 +15,7 @@ from rich.console import Console
 from rollnet.node.chain.job import LeaseStatus, Outcome
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.events import iter_events
+from rollnet.node.keeper import KEEPER_GRACE_S
 from rollnet.node.model.policies import bf16_policy
 from transformers import AutoModelForCausalLM
 
@@ -189,7 +190,8 @@ def test_the_run_survives_a_dead_worker_a_dead_validator_and_a_cheater(tmp_path:
             assert now.status is LeaseStatus.PAID or (now.status, now.outcome) == (LeaseStatus.DECIDED,
                                                                                     Outcome.ACCEPT), now
 
-        job.client.rpc("evm_increaseTime", [config.lease_seconds + 1])  # the dead worker's lease expires
+        # The dead worker's lease expires, and every keeper's turn at reclaiming it comes.
+        job.client.rpc("evm_increaseTime", [config.lease_seconds + 1 + 3 * KEEPER_GRACE_S])
         job.client.rpc("evm_mine", [])
         wait_until(lambda: job.lease(held["lease"]).status is LeaseStatus.RETURNED, 30, "a keeper to reclaim")
         wait_until(lambda: sum(e["args"]["firstTask"] == held["first_task"]

@@ -28,6 +28,7 @@ from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
+from rollnet.node.lease_book import book_file
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.identity import loaded_model_files_hash
 from rollnet.node.model.loading import load_policy, preset_of, resolve_model
@@ -247,7 +248,8 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
             path.write_text(address + "\n")
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),
                                p2p_fetcher(node, registry), events, held_out_every=held_out_every,
-                               held_out_prompts=held_out_prompts, from_block=cli.deployment().deployed_at_block)
+                               held_out_prompts=held_out_prompts, from_block=cli.deployment().deployed_at_block,
+                               lease_book_path=book_file(folder, job_client.address))
         console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "
                       f"peer {address}")
         base = market.held_out()

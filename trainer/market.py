@@ -17,12 +17,14 @@ import queue
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import final_outcome
+from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.model.identity import loaded_model_files_hash
 from rollnet.node.p2p.authorize import JobAuthorizer
@@ -39,7 +41,7 @@ from rollnet.trainer.trainer import Trainer
 log = logging.getLogger(__name__)
 
 
-def chain_decision(job: JobClient, lease: Lease, now: int, spec: ChainSpec) -> bool | None:
+def chain_decision(job: JobClient, lease: Lease | LeaseEntry, now: int, spec: ChainSpec) -> bool | None:
     """What the chain says of a batch once its outcome is final: True accepted, False rejected, void or gone,
     None not final yet (an appealable decision can still be overturned)."""
     outcome = final_outcome(job, lease, now, spec)
@@ -57,7 +59,7 @@ class MarketTrainer:
     def __init__(self, trainer: Trainer, job: JobClient, registry: RegistryClient, node: P2PNode,
                  ledger: SubmissionLedger, fetch: Fetcher, events: EventLog, *, held_out_every: int = 10,
                  held_out_prompts: int = HELD_OUT_PROMPTS, reannounce_s: float = 2.0, recent_versions: int = 8,
-                 from_block: int = 0):
+                 from_block: int = 0, lease_book_path: Path | None = None):
         self.trainer = trainer
         self.job = job
         self.registry = registry
@@ -90,6 +92,8 @@ class MarketTrainer:
                                     trainer.model.config.vocab_size)
         self.buffer.advance(trainer.version)
         self.book = VerdictBook(job.address, ChainCommittee(job, registry))
+        self.leases = LeaseBook(job, from_block, lease_book_path)
+        self.leases.align(ledger.cursor(job.address))
         self.verdict_topic = topics(job.address)["verdict"]
         self.policy_topic = topics(job.address)["policy"]
         node.subscribe(self.verdict_topic, authorize=JobAuthorizer(job.address, spec.trainer, registry))
@@ -100,6 +104,7 @@ class MarketTrainer:
         self._worker_of_seed: dict[int, str] = {}
         self._last_version_at = time.time()
         self._recent_announced = False
+        self._finished: dict[int, LeaseEntry] = {}  # leases the lease book saw end, until admitted or refused
         node.policy_source = lambda start: [self._announcements[v] for v in sorted(self._announcements) if v >= start]
 
     def announce_recent(self) -> None:
@@ -162,28 +167,31 @@ class MarketTrainer:
                 log.info("dropped a verdict: %s", exc)
 
     def follow_submissions(self) -> None:
-        """Record BatchSubmitted events from the cursor (at first, the deployment block) to the head, in bounded
-        block ranges, the cursor moving with each range."""
-        client = self.job.client
-        head = client.block_number()
-        start = max(self.ledger.cursor(self.job.address) + 1, self.from_block)
-        for end, logs in client.log_ranges(self.job.contract, ["BatchSubmitted"], start, head):
+        """Fold the job's new events into the lease book (from its cursor, at first the deployment block, in
+        bounded block ranges), recording each range's BatchSubmitted events in the ledger first."""
+        def record(end: int, logs: list) -> None:
             rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
-                    for e in logs]
+                    for e in logs if e["event"] == "BatchSubmitted"]
             self.ledger.record_events(self.job.address, rows, end)
 
+        for entry in self.leases.poll(record).finished:
+            self._finished[entry.lease_id] = entry
+
     def admit_ready(self) -> None:
-        for row in self.ledger.unjudged(self.job.address):
+        unjudged = self.ledger.unjudged(self.job.address)
+        self._finished = {row.lease_id: self._finished[row.lease_id] for row in unjudged
+                          if row.lease_id in self._finished}
+        for row in unjudged:
             if self.trainer.version - row.policy_version > self.buffer.max_staleness:
                 self._decide(row, False, "too stale for the buffer", Counter({"too stale": 1}))
                 continue
-            lease = self.job.lease(row.lease_id)
+            lease = self._finished.get(row.lease_id) or self.leases.get(row.lease_id) or self.job.lease(row.lease_id)
             # Gossip speaks for the first round only: once appealed, or settled against, the chain decides.
             gossip_quorum = (lease.round == 0 and not (lease.final and lease.status is not LeaseStatus.PAID)
                              and self.book.admitted(row.lease_id, row.root))
             decision = True
             if not gossip_quorum:
-                decision = chain_decision(self.job, lease, self.job.client.now(), self.spec)
+                decision = chain_decision(self.job, lease, self.leases.now, self.spec)
                 if decision is False:
                     self._decide(row, False, f"{lease.status.name.lower()} on chain", Counter({"refused": 1}))
                     continue

@@ -20,6 +20,7 @@ from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
+from rollnet.node.lease_book import book_file
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.peer_source import job_model
 from rollnet.node.model.policies import StorePolicies
@@ -92,7 +93,8 @@ def run(
                                  StorePolicies(store, base, tokenizer, job_client.policy_root),
                                  p2p_fetcher(node, registry), SubmissionLedger(cli.data_dir / "validator.sqlite"),
                                  publish=lambda data: node.publish(verdict_topic, data), events=events,
-                                 from_block=deployment.deployed_at_block)
+                                 from_block=deployment.deployed_at_block,
+                                 book_path=book_file(cli.data_dir, job_client.address))
         console.print(f"validating job {job_client.address} as {account.address} (peer {identity.peer_id})")
         events.emit("start", address=account.address, peer=identity.peer_id)
         while True:

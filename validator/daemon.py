@@ -2,22 +2,28 @@
 validator was drawn for, and there fetch, judge, sign, gossip and vote; appeal a round it lost; after the
 final outcome slash the losing voters, penalize absent members and collect its rewards.
 
-Invariants (with the ledger's): every BatchSubmitted and Appealed event is recorded exactly once; a lease
-is fetched and judged only if this validator sits on one of its rounds' committees (the contract says so:
-`memberWeight`), so verification work grows with committee size, not with the number of validators; a
-verdict is judged once, signed and handed to `publish` (for gossip) as soon as it is written, before any
-block; a drawn member judges its round even if the round was decided before it could vote (a lucky
-minority may decide a sampled round at once), so that it can appeal it; data or a policy that cannot be
-obtained is waited for during the first half of the round's vote (or appeal) window before it counts
-against the worker; in round 0 a member verifies with the model only its own sample of the batch
-(`rollnet.node.sampling`: its signature over the round's committee seed, which the worker can neither know
-in advance nor compute afterwards), in appeal rounds every rollout, and a sampled accept is judged again in
-full when an appeal round draws this validator, and is never voted in such a round nor grounds for an
-appeal (a sample proves no batch good; the wronged worker appeals its own rejection); votes go out in `voteBatch` transactions, and before each one
-the chain is asked whether this validator already voted in that round, so a crash at any point neither loses
-nor duplicates a vote; a decision that contradicts this validator's verdict (unless that verdict was a
-rejection for lack of data, or a sampled accept) is appealed while appeals remain; chain errors back off
-and retry rather than skip.
+Invariants (with the ledger's and the lease book's):
+- Every BatchSubmitted and Appealed event is recorded exactly once. The chain is followed through the lease
+  book (`rollnet.node.lease_book`), so a pass makes a fixed number of requests to learn what changed, and
+  reads a lease only where this validator has work on it: its committee draw, its judgement, its vote.
+- A lease is fetched and judged only if this validator sits on one of its rounds' committees (the contract
+  says so: `memberWeight`), so verification work grows with committee size, not with the number of
+  validators.
+- A verdict is judged once, signed and handed to `publish` (for gossip) as soon as it is written, before
+  any block. A drawn member judges its round even if the round was decided before it could vote (a lucky
+  minority may decide a sampled round at once), so that it can appeal it.
+- Data or a policy that cannot be obtained is waited for during the first half of the round's vote (or
+  appeal) window before it counts against the worker.
+- In round 0 a member verifies with the model only its own sample of the batch (`rollnet.node.sampling`:
+  its signature over the round's committee seed, which the worker can neither know in advance nor compute
+  afterwards); in appeal rounds, every rollout. A sampled accept is judged again in full when an appeal
+  round draws this validator, and is never voted in such a round nor grounds for an appeal (a sample proves
+  no batch good; the wronged worker appeals its own rejection).
+- Votes go out in `voteBatch` transactions, and before each one the chain is asked whether this validator
+  already voted in that round, so a crash at any point neither loses nor duplicates a vote.
+- A decision that contradicts this validator's verdict (unless that verdict was a rejection for lack of
+  data, or a sampled accept) is appealed while appeals remain. Keeper chores are done in this validator's
+  turn (`keeper_turn`). Chain errors back off and retry rather than skip.
 """
 
 from __future__ import annotations
@@ -26,13 +32,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.errors import ChainUnavailable, ContractRevert, PolicyUnavailable
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import Keeper, appeal_deadline, appealable, current_outcome
+from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, appeal_deadline, appealable, current_outcome
+from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.sampling import sampled_indices
@@ -67,7 +75,8 @@ class ValidatorDaemon:
     def __init__(self, job: JobClient, registry: RegistryClient, account: LocalAccount, task: Task,
                  policies: PolicySource, fetch: Fetcher, store: SubmissionLedger,
                  publish: Callable[[bytes], None] | None = None, retries: int = 5, backoff_s: float = 0.5,
-                 events: EventLog | None = None, appeals: bool = True, from_block: int = 0):
+                 events: EventLog | None = None, appeals: bool = True, from_block: int = 0,
+                 book_path: Path | None = None, keeper_grace_s: int = KEEPER_GRACE_S):
         self.job = job
         self.registry = registry
         self.account = account
@@ -83,6 +92,10 @@ class ValidatorDaemon:
         self.from_block = from_block  # the market's deployment block: no job's events come before it
         self.spec = self._retrying(job.spec)
         self.keeper = Keeper(job, self.events, self.spec)
+        self.keeper_grace_s = keeper_grace_s
+        self.book = LeaseBook(job, from_block, book_path)
+        self.book.align(store.cursor(job.address))
+        self._finished: dict[int, LeaseEntry] = {}  # leases the book saw end, until their rows are closed
         self._enlisted = False
         self._leases: dict[int, Lease] = {}  # this round's reads of the chain: each lease read once per round
         self._now: int | None = None
@@ -117,23 +130,24 @@ class ValidatorDaemon:
         return self._leases[lease_id]
 
     def follow_events(self) -> int:
-        """Record BatchSubmitted and Appealed events from the cursor (at first, the deployment block) to the head,
-        in bounded block ranges with one request each, the cursor moving with each range; returns how many
-        submissions were new."""
-        client = self.job.client
-        head = self._retrying(client.block_number)
-        start = max(self.store.cursor(self.job.address) + 1, self.from_block)
-        if head < start:
-            return 0
-        ranges = self._retrying(lambda: list(client.log_ranges(self.job.contract, ["BatchSubmitted", "Appealed"],
-                                                                start, head)))
+        """Fold the job's new events into the lease book (from its cursor, at first the deployment block, in
+        bounded block ranges with one request each), recording each range's BatchSubmitted and Appealed events
+        in the ledger before the book moves past it; returns how many submissions were new."""
         before = len(self.store.all(self.job.address))
-        for end, logs in ranges:
-            rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
-                    for e in logs if e["event"] == "BatchSubmitted"]
-            appeals = [(e["args"]["leaseId"], e["args"]["round"]) for e in logs if e["event"] == "Appealed"]
-            self.store.record_events(self.job.address, rows, end, appeals=appeals)
+        update = self._retrying(self.book.poll, self._record_range)
+        self._finished.update((entry.lease_id, entry) for entry in update.finished)
+        self._now = self.book.now
         return len(self.store.all(self.job.address)) - before
+
+    def _record_range(self, end: int, logs: list) -> None:
+        rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
+                for e in logs if e["event"] == "BatchSubmitted"]
+        appeals = [(e["args"]["leaseId"], e["args"]["round"]) for e in logs if e["event"] == "Appealed"]
+        self.store.record_events(self.job.address, rows, end, appeals=appeals)
+
+    def _view(self, lease_id: int) -> Lease | LeaseEntry:
+        """The lease as the book describes it (no request), else as read from the chain once this round."""
+        return self._finished.get(lease_id) or self.book.get(lease_id) or self._lease(lease_id)
 
     def find_membership(self) -> int:
         """For each open lease whose current round's committee is not known to this ledger yet, ask the
@@ -270,7 +284,7 @@ class ValidatorDaemon:
         for row in self.store.open_rows(self.job.address):
             if row.accept is None or is_unavailability(row.reason) or row.sampled_accept:
                 continue  # no verdict of ours (never drawn), only "we could not get the data", or only a sample
-            lease = self._lease(row.lease_id)
+            lease = self._view(row.lease_id)
             if not appealable(lease, now, self.spec):
                 continue
             outcome = current_outcome(self.job, lease, now)
@@ -290,25 +304,39 @@ class ValidatorDaemon:
         return appealed
 
     def settle_and_collect(self, report: RoundReport) -> None:
-        """Keeper chores on open leases; once a lease is final: slash its losing voters, penalize absent
-        members of rounds that ran to their deadline, collect our rewards, and close the row."""
+        """Keeper chores on open leases, each in this validator's turn; once a lease is final: slash its losing
+        voters, penalize absent members of rounds that ran to their deadline, collect our rewards, and close
+        the row. The book describes each lease; only a lease it no longer holds (it ended before a restart) is
+        read from the chain."""
         now = self._retrying(self._chain_time)
-        settled = []
+        settled, closed = [], 0
         for row in self.store.open_rows(self.job.address):
-            lease = self._lease(row.lease_id)
+            lease = self._view(row.lease_id)
             if not lease.final:
-                self.keeper.act(lease, now)
+                if isinstance(lease, LeaseEntry):
+                    self.keeper.act_in_turn(lease, now, self.keeper_grace_s)
+                else:
+                    self.keeper.act(lease, now)
                 continue
             if row.voted_round >= 0 and lease.status is not LeaseStatus.RETURNED:
-                report.slashed_voters += self.keeper.slash_losers(row.lease_id, from_block=lease.anchor_block)
+                entry = lease if isinstance(lease, LeaseEntry) else None
+                from_block = lease.anchor_block if isinstance(lease, Lease) else lease.submit_block
+                report.slashed_voters += self.keeper.slash_losers(row.lease_id, from_block=from_block, entry=entry)
                 report.penalized += self.keeper.penalize_absentees(lease, self._validators)
                 settled.append(row.lease_id)
             self.store.close(self.job.address, row.lease_id)
-        self.keeper.collect(settled)
+            self._finished.pop(row.lease_id, None)
+            closed += 1
+        rows = {row.lease_id for row in self.store.open_rows(self.job.address)}
+        for entry in self.book.open_leases():  # everyone's keeper of last resort: expired leases, dead workers
+            if entry.lease_id not in rows:
+                self.keeper.act_in_turn(entry, now, self.keeper_grace_s)
+        if closed:
+            self.keeper.collect(settled)
 
     def _validators(self) -> list[str]:
-        """The validators enlisted in this job: only they answer for absence."""
-        return self._retrying(self.job.enlisted)
+        """The validators enlisted in this job (as its events say): only they answer for absence."""
+        return list(self.book.enlisted)
 
     def enlist(self) -> None:
         """Follow this job (once): from the next block on, this validator answers for absence here."""

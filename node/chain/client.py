@@ -18,12 +18,14 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import requests
 from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.artifacts import load_artifact
+from rollnet.node.chain.logs import EventDecoder
 from rollnet.node.chain.revert import decode_revert
 from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionTimeout, WrongChain
 from web3 import Web3
@@ -39,6 +41,21 @@ FEE_HISTORY_BLOCKS = 10  # recent blocks whose priority fees set ours (eth_feeHi
 FEE_PERCENTILE = 50
 LOG_RANGE_BLOCKS = 2_000  # blocks per eth_getLogs request (public endpoints refuse much larger ranges)
 log = logging.getLogger(__name__)
+
+
+class CountingHTTPProvider(Web3.HTTPProvider):
+    """An HTTP provider that counts the JSON-RPC requests it sends, by method (`requests`), so a participant's
+    load on its endpoint is measured rather than guessed; it answers eth_chainId (which web3 asks before every
+    call and transaction it validates) from its cache, as the chain id never changes under a client (a wrong
+    chain is refused when the client starts)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, cache_allowed_requests=True, cacheable_requests={"eth_chainId"}, **kwargs)
+        self.requests: Counter[str] = Counter()
+
+    def _make_request(self, method: Any, request_data: bytes) -> bytes:
+        self.requests[str(method)] += 1
+        return super()._make_request(method, request_data)
 
 
 class NonceManager:
@@ -108,10 +125,11 @@ class ChainClient:
         self.outage_seconds = outage_seconds
         if request_timeout is None:
             request_timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
-        provider = Web3.HTTPProvider(
+        provider = CountingHTTPProvider(
             rpc_url, request_kwargs={"timeout": request_timeout}, exception_retry_configuration=None
         )
         self.w3 = Web3(provider)
+        self.requests = provider.requests  # JSON-RPC requests sent, by method
         with rpc_errors(rpc_url):
             self.chain_id = self.w3.eth.chain_id
         if expected_chain_id is not None and self.chain_id != expected_chain_id:
@@ -122,7 +140,10 @@ class ChainClient:
         self._fees: dict[str, int] | None = None
         self._fees_at = 0.0
         self._contracts: dict[tuple[str, str], Contract] = {}
+        self._decoders: dict[tuple[str, tuple[str, ...]], EventDecoder] = {}
         self.fees_paid_wei = 0  # what this client's mined transactions cost in gas, for net-gain accounting
+        self.gas_used = 0  # gas of this client's mined transactions
+        self.transactions = 0  # this client's mined transactions
 
     # -------------------------------------------------------------- reading
 
@@ -209,6 +230,8 @@ class ChainClient:
                     raise
         receipt = self._receipt(signed.hash, signed.raw_transaction)
         self.fees_paid_wei += receipt["gasUsed"] * receipt.get("effectiveGasPrice", 0)
+        self.gas_used += receipt["gasUsed"]
+        self.transactions += 1
         if receipt["status"] != 1:
             self._explain_failure(tx, receipt)
         return receipt
@@ -279,19 +302,28 @@ class ChainClient:
         logs) for consecutive ranges of at most `max_blocks` blocks: one eth_getLogs per range, however many
         event kinds, so a follower's calls grow with the blocks it covers, never with the events in them, and no
         request asks a node for more blocks than public endpoints serve."""
-        kinds = {bytes.fromhex(contract.events[name]().topic.removeprefix("0x")): contract.events[name]()
-                 for name in events}
         low = start
         while low <= end:
             high = min(end, low + max_blocks - 1)
-            with rpc_errors(self.rpc_url):
-                raw = self.w3.eth.get_logs({"address": contract.address, "fromBlock": low, "toBlock": high,
-                                            "topics": [["0x" + topic.hex() for topic in kinds]]})
-            logs = [kinds[bytes(log["topics"][0])].process_log(log) for log in raw
-                    if log["topics"] and bytes(log["topics"][0]) in kinds]
-            logs.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
-            yield high, logs
+            yield high, self.logs(contract, events, low, high)
             low = high + 1
+
+    def logs(self, contract: Contract, events: list[str], low: int, high: int,
+             match: list[list[bytes] | None] | None = None) -> list[dict]:
+        """The decoded logs (`rollnet.node.chain.logs`) of `events` in blocks `low`..`high`, in chain order, from
+        one eth_getLogs. `match` narrows the topics after the event's: for topic 1, 2, 3 in turn, the 32-byte
+        values accepted (None: any), e.g. one worker's address where the events index it."""
+        key = (contract.address, tuple(events))
+        decoder = self._decoders.get(key)
+        if decoder is None:
+            decoder = self._decoders[key] = EventDecoder(contract.abi, events)
+        topics: list = [decoder.topics, *[None if m is None else ["0x" + t.hex() for t in m] for m in match or []]]
+        with rpc_errors(self.rpc_url):
+            raw = self.w3.eth.get_logs({"address": contract.address, "fromBlock": low, "toBlock": high,
+                                        "topics": topics})
+        logs = [log for log in map(decoder.decode, raw) if log is not None]
+        logs.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
+        return logs
 
     def follow(
         self, contract: Contract, events: list[str], from_block: int, poll_seconds: float = 0.5,

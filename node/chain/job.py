@@ -265,12 +265,6 @@ class JobClient:
         """The content root of `version`'s weights; version 0 is the job's base model (the spec's model root)."""
         return bytes(self._call("policyRoot", version))
 
-    def enlisted(self) -> list[str]:
-        """Validators enlisted in this job and not delisted (who answer for absence), from its events."""
-        joined = [log["args"]["validator"] for log in self.client.events(self.contract, "Enlisted", 0)]
-        left = {log["args"]["validator"] for log in self.client.events(self.contract, "Delisted", 0)}
-        return [v for v in dict.fromkeys(joined) if v not in left]
-
     def is_enlisted(self, address: str) -> bool:
         return self._call("enlistedAt", address) != 0 and self._call("delistedAt", address) == 0
 

@@ -24,6 +24,7 @@ from rollnet.node.cli.job_cmd import resolve_job
 from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
+from rollnet.node.lease_book import book_file
 from rollnet.node.model.peer_source import job_model
 from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.identity import b58encode, load_or_create_identity
@@ -180,7 +181,9 @@ def work(
     bootstrap: list[str] = typer.Option([], "--bootstrap", help="peer multiaddr to dial, or @FILE",
                                         **params.BOOTSTRAP),
     delay: float = typer.Option(0.0, "--delay", min=0, help="seconds added before each submission (slow hardware)"),
-    max_undecided: int = typer.Option(1, "--max-undecided", min=1, help="submissions awaiting a decision at once"),
+    max_undecided: int = typer.Option(None, "--max-undecided", min=1,
+                                      help="submissions awaiting a decision at once (default: the job's staleness "
+                                      "budget, at least 1)"),
     cheat: str = typer.Option(None, "--cheat", hidden=True, help="a registered demonstration cheat (devnet only)"),
     backend: str = typer.Option(None, "--backend", help=f"rollout backend, {', '.join(BACKENDS)} "
                                 "(default: the one `node join` chose)"),
@@ -227,7 +230,9 @@ def work(
         if store.latest is not None and store.latest > 0:
             console.print(f"policy store holds versions up to {store.latest}")
         loop = WorkerLoop(job_client, account, task_def, follower, engine, node.store, events,
-                          delay_s=delay, tamper=tamper, max_undecided=max_undecided)
+                          delay_s=delay, tamper=tamper, max_undecided=max_undecided,
+                          from_block=deployment.deployed_at_block,
+                          book_path=book_file(cli.data_dir, job_client.address))
         events.emit("start", address=account.address, peer=node.peer_id, backend=backend)
         loop.run(leases)
         console.print(f"submitted {loop.submitted} leases; serving the batches as {node.peer_id} for {serve:g} s")

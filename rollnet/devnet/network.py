@@ -65,7 +65,7 @@ class DevnetConfig:
     vote_seconds: int = 120
     appeal_seconds: int = 60  # the factory's shortest window
     held_out_every: int = 10
-    max_undecided: int = 1
+    max_undecided: int | None = None  # None: each worker's default (the job's staleness budget)
     model: Path | None = None  # a folder `rollnet model init` made (default: the embedded model)
     backend: str = "transformers"  # the honest workers' rollout backend (the cheater's is transformers)
     preset: str | None = None  # a real model rollnet converts itself (model.pinned.PRESETS), instead of `model`
@@ -230,7 +230,8 @@ class Devnet:
             delay = config.worker_delays[i] if i < len(config.worker_delays) else 0.0
             add(f"worker-{i}", "worker", account,
                 ["node", "work", *common, "--leases", "0", "--serve", "0", "--delay", str(delay),
-                 "--max-undecided", str(config.max_undecided), "--backend", config.backend])
+                 *(["--max-undecided", str(config.max_undecided)] if config.max_undecided else []),
+                 "--backend", config.backend])
             account += 1
         for i in range(config.validators):
             add(f"validator-{i}", "validator", account, ["validator", "run", *common, "--interval", "0.3"])

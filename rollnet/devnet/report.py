@@ -257,12 +257,13 @@ def _appeals(appeals: list[dict]) -> str:
 def markdown(report: dict) -> str:
     held, staleness, prediction = report["held_out"], report["staleness"], report["prediction"]
     deltas, gas, money, run = report["deltas"], report["gas"], report["money"], report["run"]
+    undecided = run.get("max_undecided") or staleness["budget"] or 1  # a worker's default: the staleness budget
     lines = [
         "# rollnet devnet report", "",
         f"{run['workers']} workers, {run['validators']} validators"
         + (f", a `{run['cheater']}` cheater" if run.get("cheater") else "")
         + f", {report['steps']} training steps in {run['seconds']:.0f} s (staleness budget {staleness['budget']}, "
-        f"lr {run.get('lr', '-')}, at most {run.get('max_undecided', '-')} undecided batch(es) per worker).", "",
+        f"lr {run.get('lr', '-')}, at most {undecided} undecided batch(es) per worker).", "",
         "| measure | value |", "|---|---|",
         f"| held-out greedy accuracy | {held['base']:.3f} (base) → {held['final']:.3f} (final) |"
         if held["base"] is not None else "| held-out greedy accuracy | - |",

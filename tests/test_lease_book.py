@@ -1,0 +1,206 @@
+"""The lease book against a real anvil: it says what the chain says of every lease in flight, a poll costs the
+same few requests however many leases there are, it resumes from its saved cursor, and keepers take turns so a
+due lease is settled by one transaction rather than by everyone watching it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import ETH, REPO, advance_time, client_for
+from rollnet.node.chain.anvil import AnvilProcess, start_anvil
+from rollnet.node.chain.client import ChainClient
+from rollnet.node.chain.deploy import RegistryParams, deploy_market
+from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus, Outcome
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.config import Deployment
+from rollnet.node.events import EventLog
+from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, current_outcome, due, keeper_turn
+from rollnet.node.keys import dev_account
+from rollnet.node.lease_book import LeaseBook
+from rollnet.node.p2p.identity import PeerIdentity
+from rollnet.node.spec import load_job_spec
+from rollnet.node.worker import claim_with_seed
+
+WORKER, VALIDATOR_A, VALIDATOR_B, BYSTANDER, REQUESTER = 1, 2, 3, 4, 0
+
+
+def _job(market: Deployment, anvil: AnvilProcess) -> str:
+    """The example job (committee 3, two appeal rounds); a worker, two validators and a staked bystander."""
+    parties = ((WORKER, Role.WORKER), (VALIDATOR_A, Role.VALIDATOR), (VALIDATOR_B, Role.VALIDATOR),
+               (BYSTANDER, Role.WORKER))
+    for index, role in parties:
+        RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), role, 10 * ETH)
+    requester = client_for(anvil, REQUESTER)
+    spec = load_job_spec(REPO / "examples" / "job.toml")
+    address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
+    job = JobClient(requester, address)
+    job.publish_policy(1, b"\x11" * 32)
+    for index in (VALIDATOR_A, VALIDATOR_B):
+        JobClient(client_for(anvil, index), address).enlist()
+    return address
+
+
+def _agrees_with_chain(book: LeaseBook, job: JobClient) -> None:
+    """Every lease in flight, as the book has it, is the chain's lease (outcomes judged at the chain's clock)."""
+    now = job.client.now()
+    for entry in book.open_leases():
+        lease = job.lease(entry.lease_id)
+        assert (entry.worker, entry.status, entry.round, entry.deadline) == \
+            (lease.worker, lease.status, lease.round, lease.deadline), entry.lease_id
+        assert current_outcome(job, entry, now) is current_outcome(job, lease, now)
+    on_chain = [i for i in range(1, job.lease_count() + 1) if not job.lease(i).final]
+    assert sorted(e.lease_id for e in book.open_leases()) == on_chain
+
+
+def test_the_fast_decoder_reads_every_event_as_web3_does(market: Deployment, anvil: AnvilProcess) -> None:
+    address = _job(market, anvil)
+    worker = JobClient(client_for(anvil, WORKER), address)
+    a, b = (JobClient(client_for(anvil, i), address) for i in (VALIDATOR_A, VALIDATOR_B))
+    lease_id = claim_with_seed(worker).lease_id
+    worker.submit(lease_id, b"\x22" * 32, 1)
+    a.vote(lease_id, False)
+    b.vote(lease_id, False)
+    worker.appeal(lease_id)
+    client = ChainClient(anvil.url)
+    contract = JobClient(client, address).contract
+    names = {item["name"] for item in contract.abi if item.get("type") == "event"}
+    fast = client.logs(contract, sorted(names), 0, client.block_number())
+    assert {tuple(log["args"]) for log in fast if log["event"] == "Initialized"} == {("requester", "budget"),
+                                                                                  ("version",)}  # both overloads
+    fast = [log for log in fast if log["event"] != "Initialized"]  # web3 decodes only one overload by name
+    slow = []
+    for name in sorted(names - {"Initialized"}):
+        slow += [dict(log) for log in contract.events[name]().get_logs(from_block=0)]
+    slow.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
+    assert {log["event"] for log in fast} >= {"TaskClaimed", "SeedDrawn", "BatchSubmitted", "Voted", "RoundDecided",
+                                              "Appealed", "Enlisted", "PolicyPublished"}
+    assert [(log["event"], dict(log["args"]), log["blockNumber"], log["logIndex"]) for log in fast] == \
+        [(log["event"], dict(log["args"]), log["blockNumber"], log["logIndex"]) for log in slow]
+
+
+def _poll_requests(book: LeaseBook) -> int:
+    requests = book.job.client.requests
+    before = sum(requests.values())
+    book.poll()
+    return sum(requests.values()) - before
+
+
+def test_the_book_is_the_chain_for_every_lease_in_flight_at_a_fixed_cost_per_poll(
+        market: Deployment, anvil: AnvilProcess, tmp_path: Path) -> None:
+    address = _job(market, anvil)
+    reader = JobClient(ChainClient(anvil.url), address)
+    book = LeaseBook(reader, market.deployed_at_block, tmp_path / "book.json")
+    worker = JobClient(client_for(anvil, WORKER), address)
+    a, b = (JobClient(client_for(anvil, i), address) for i in (VALIDATOR_A, VALIDATOR_B))
+
+    leases = [claim_with_seed(worker).lease_id for _ in range(6)]
+    first_cost = _poll_requests(book)
+    _agrees_with_chain(book, reader)
+    assert set(book.enlisted) == {a.client.address, b.client.address}
+
+    accepted, rejected, split, appealed, settled, expiring = leases
+    for lease_id in leases[:-1]:
+        worker.submit(lease_id, b"\x22" * 32, 1)
+    a.vote(accepted, True)
+    b.vote(accepted, True)
+    a.vote(rejected, False)
+    b.vote(rejected, False)
+    a.vote(split, True)
+    b.vote(split, False)
+    a.vote_batch({appealed: False, settled: True})
+    b.vote_batch({appealed: False, settled: True})
+    worker.appeal(appealed)
+    other = JobClient(client_for(anvil, BYSTANDER), address)
+    for _ in range(8):  # more leases in flight, none of them changing the cost of a poll
+        claim_with_seed(other)
+    assert _poll_requests(book) == first_cost == 3  # the head, the clock, one eth_getLogs
+    _agrees_with_chain(book, reader)
+    assert book.get(split).round_outcome(0) is Outcome.VOID and book.get(appealed).round == 1
+
+    # A worker's own book asks only for its own leases' events: the same entries, at a fixed cost too.
+    own = LeaseBook(reader, market.deployed_at_block, worker=other.client.address)
+    own.poll()
+    assert sorted(own.leases) == sorted(i for i, e in book.leases.items() if e.worker == other.client.address)
+    assert all(own.leases[i] == book.leases[i] for i in own.leases) and not own.enlisted
+    mine = LeaseBook(reader, market.deployed_at_block, worker=worker.client.address)
+    mine.poll()
+    assert mine.leases == {i: e for i, e in book.leases.items() if e.worker == worker.client.address}
+    assert _poll_requests(mine) == 2  # nothing new: the head and the clock
+
+    # Time alone: the split round's window closes, then every appeal window; the book's view follows the clock.
+    advance_time(reader.client, 3600 + 600 + 1)
+    book.poll()
+    _agrees_with_chain(book, reader)
+    keeper = Keeper(JobClient(client_for(anvil, REQUESTER), address), EventLog(None))
+    for lease_id in (settled, expiring):
+        keeper.act(book.get(lease_id), reader.client.now())
+    update = book.poll()
+    assert {e.lease_id: e.status for e in update.finished} == {settled: LeaseStatus.PAID,
+                                                               expiring: LeaseStatus.RETURNED}
+    assert update.finished[0].votes  # the votes travel with the finished lease, for the keeper's slashing
+    _agrees_with_chain(book, reader)
+
+    # A restarted participant resumes from the saved cursor: the same state, without folding the past again.
+    resumed = LeaseBook(reader, market.deployed_at_block, tmp_path / "book.json")
+    assert resumed.cursor == book.cursor and resumed.leases == book.leases
+    assert resumed.enlisted == book.enlisted
+    assert _poll_requests(resumed) == 2 and not resumed.poll().finished  # no new block: nothing read, nothing again
+
+
+def test_a_due_lease_is_settled_once_by_its_worker_and_by_the_others_only_when_it_is_not(
+        market: Deployment, anvil: AnvilProcess) -> None:
+    _keepers_take_turns(market, anvil)
+
+
+def test_keepers_take_turns_on_a_chain_with_a_block_every_two_seconds() -> None:
+    """The same on `anvil --block-time 2`, an L2's cadence: a seed waits for the next block, every transaction for
+    its block, and the turns still hold."""
+    anvil = start_anvil(extra_args=["--block-time", "2"])
+    try:
+        market = deploy_market(ChainClient(anvil.url, dev_account(0)),
+                               RegistryParams(unbonding_period_seconds=3 * 86_400))
+        _keepers_take_turns(market, anvil)
+    finally:
+        anvil.stop()
+
+
+def _keepers_take_turns(market: Deployment, anvil: AnvilProcess) -> None:
+    address = _job(market, anvil)
+    worker = JobClient(client_for(anvil, WORKER), address)
+    a, b = (JobClient(client_for(anvil, i), address) for i in (VALIDATOR_A, VALIDATOR_B))
+    bystander = JobClient(client_for(anvil, BYSTANDER), address)
+    paid, orphan = (claim_with_seed(worker).lease_id for _ in range(2))
+    for lease_id in (paid, orphan):
+        worker.submit(lease_id, b"\x22" * 32, 1)
+        a.vote_batch({lease_id: True})
+        b.vote_batch({lease_id: True})
+    book = LeaseBook(JobClient(ChainClient(anvil.url), address), market.deployed_at_block)
+    book.poll()
+    spec = worker.spec()
+    entry = book.get(paid)
+    start = entry.deadline + 1
+    turns = {name: keeper_turn(entry, job.client.address, spec, KEEPER_GRACE_S)
+             for name, job in (("worker", worker), ("voter", a), ("bystander", bystander))}
+    assert turns["worker"] == start and turns["voter"] == start + KEEPER_GRACE_S
+    assert start + 2 * KEEPER_GRACE_S <= turns["bystander"] <= start + 3 * KEEPER_GRACE_S
+
+    # At the moment it is due, everyone watching tries: only the worker sends anything.
+    advance_time(worker.client, entry.deadline + 1 - worker.client.now())
+    now = worker.client.now()
+    assert due(entry, now, spec) == "finalize"
+    sent = {}
+    for name, job in (("voter", a), ("bystander", bystander), ("worker", worker)):
+        before = sum(job.client.requests.values())
+        action = Keeper(job, EventLog(None), spec).act_in_turn(book.get(paid), now, KEEPER_GRACE_S)
+        sent[name] = (action, sum(job.client.requests.values()) - before)
+    assert sent["voter"] == (None, 0) and sent["bystander"] == (None, 0) and sent["worker"][0] == "finalize"
+    assert worker.lease(paid).status is LeaseStatus.PAID
+
+    # A worker that vanished: its voters settle it after the grace, the bystander later still if they do not.
+    book.poll()
+    orphaned = book.get(orphan)
+    voters_turn = keeper_turn(orphaned, a.client.address, spec, KEEPER_GRACE_S)
+    assert Keeper(bystander, EventLog(None), spec).act_in_turn(orphaned, voters_turn, KEEPER_GRACE_S) is None
+    advance_time(worker.client, max(0, voters_turn - worker.client.now()))
+    assert Keeper(a, EventLog(None), spec).act_in_turn(orphaned, worker.client.now(), KEEPER_GRACE_S) == "finalize"
+    assert worker.lease(orphan).status is LeaseStatus.PAID
