@@ -198,13 +198,15 @@ class ChainClient:
 
     # -------------------------------------------------------------- writing
 
-    def transact(self, fn: ContractFunction | ContractConstructor, value: int = 0) -> TxReceipt:
+    def transact(self, fn: ContractFunction | ContractConstructor, value: int = 0, headroom: int = 0) -> TxReceipt:
         """Send a contract transaction from our account and wait for its receipt; raise on revert. Gas is
         estimated against the pending block, where the transaction will run: a call that needs the latest
-        block's hash (a lease's seed, a committee) works in the very next block."""
+        block's hash (a lease's seed, a committee) works in the very next block. `headroom` adds gas for work
+        the estimate may not see because of who lands first in the same block (a vote that draws the committee
+        or decides the round); gas not used is not paid."""
         base = {"from": self.address, "value": value, "chainId": self.chain_id}
         with rpc_errors(self.rpc_url):
-            gas = int(fn.estimate_gas(base, block_identifier="pending") * GAS_MARGIN) + 21_000
+            gas = int(fn.estimate_gas(base, block_identifier="pending") * GAS_MARGIN) + 21_000 + headroom
         return self._sign_and_send(lambda fields: fn.build_transaction({**base, "gas": gas, **fields}))
 
     def transfer(self, to: str, value: int) -> TxReceipt:

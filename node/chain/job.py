@@ -149,6 +149,12 @@ class ChainSpec:
             clip_epsilon=self.clip_epsilon_milli / 1000, clip_delta=self.clip_delta_milli / 1000)
 
 VOTE_CODES = {1: True, 2: False}
+# Gas a vote may need beyond its estimate when other votes land first in the same block: drawing the round's
+# committee (its seed and stake snapshot) and deciding the round. Estimated alone, a vote that another
+# member's vote overtakes ran out of gas on chain (bench/scale.py, 1 s blocks).
+VOTE_HEADROOM_GAS = 120_000
+# Likewise a claim: whether it pops a returned task or takes the next, and the registry's collateral books.
+CLAIM_HEADROOM_GAS = 60_000
 MAX_ROUNDS = 4  # JobFactory.MAX_APPEAL_ROUNDS + 1: the ballot's low 8 bits, 2 per round
 
 
@@ -280,8 +286,8 @@ class JobClient:
         logs = self.client.events(self.contract, "Voted", from_block)
         return [dict(log["args"]) for log in logs if lease_id is None or log["args"]["leaseId"] == lease_id]
 
-    def _send(self, name: str, *args: object, value: int = 0) -> TxReceipt:
-        return self.client.transact(getattr(self.contract.functions, name)(*args), value=value)
+    def _send(self, name: str, *args: object, value: int = 0, headroom: int = 0) -> TxReceipt:
+        return self.client.transact(getattr(self.contract.functions, name)(*args), value=value, headroom=headroom)
 
     def enlist(self) -> TxReceipt:
         """Follow this job as a validator: answer for absence from the committees this address is drawn for."""
@@ -295,7 +301,7 @@ class JobClient:
 
     def claim(self) -> Lease:
         """Lease the next tasks (collateral locked); the prompt seed is drawn afterwards with `draw_seed`."""
-        receipt = self._send("claim")
+        receipt = self._send("claim", headroom=CLAIM_HEADROOM_GAS)
         (event,) = self.contract.events.TaskClaimed().process_receipt(receipt, errors=DISCARD)
         return self.lease(event["args"]["leaseId"])
 
@@ -310,11 +316,12 @@ class JobClient:
         return self._send("drawCommittee", lease_id)
 
     def vote(self, lease_id: int, accept: bool) -> TxReceipt:
-        return self._send("vote", lease_id, accept)
+        return self._send("vote", lease_id, accept, headroom=VOTE_HEADROOM_GAS)
 
     def vote_batch(self, verdicts: dict[int, bool]) -> TxReceipt:
         ids = list(verdicts)
-        return self._send("voteBatch", ids, [verdicts[i] for i in ids])
+        headroom = min(VOTE_HEADROOM_GAS * len(ids), 5_000_000)
+        return self._send("voteBatch", ids, [verdicts[i] for i in ids], headroom=headroom)
 
     def appeal(self, lease_id: int) -> TxReceipt:
         """Appeal the lease's current decision, posting the next round's bond."""
