@@ -153,8 +153,8 @@ class MeteredClient(ChainClient):
         super().__init__(rpc_url, account)
         self.spent: list[Spent] = []
 
-    def transact(self, fn: ContractFunction | ContractConstructor, value: int = 0) -> TxReceipt:
-        receipt = super().transact(fn, value)
+    def transact(self, fn: ContractFunction | ContractConstructor, value: int = 0, headroom: int = 0) -> TxReceipt:
+        receipt = super().transact(fn, value, headroom)
         self.spent.append(Spent(getattr(fn, "fn_name", "constructor"), tuple(getattr(fn, "args", None) or ()),
                                 receipt["gasUsed"]))
         return receipt
