@@ -53,6 +53,7 @@ from rollnet.node.chain.deploy import RegistryParams, deploy_market
 from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import make_console
+from rollnet.node.committee import CommitteeView
 from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import KEEPER_GRACE_S, Keeper
@@ -136,14 +137,17 @@ class SimValidator(Participant):
     def __init__(self, *args: object, verify_s: float):
         super().__init__(*args)
         self.verify_s = verify_s
+        registry = RegistryClient(self.client, self.client.call(self.job.contract.functions.registry()))
+        self.committees = CommitteeView(self.job, registry)
         self.unknown: list[tuple[int, int]] = []  # (lease, round) whose committee this validator has not asked about
         self.to_vote: set[int] = set()
         self.verified = 0
         self.voted: set[tuple[int, int]] = set()
 
     def tick(self) -> None:
-        """As the validator daemon does: learn of new rounds, ask whether it sits on them, verify and vote, then
-        keeper chores on every lease in its turn (the market's keeper of last resort)."""
+        """As the validator daemon does: learn of new rounds, work out whether it sits on them (locally, from the
+        book: `rollnet.node.committee`), verify and vote, then keeper chores on every lease in its turn (the
+        market's keeper of last resort)."""
         update = self.book.poll()
         for log in update.logs:
             if log["event"] == "BatchSubmitted":
@@ -151,7 +155,8 @@ class SimValidator(Participant):
             elif log["event"] == "Appealed":
                 self.unknown.append((log["args"]["leaseId"], log["args"]["round"]))
         for lease_id, round_ in self.unknown:
-            if self.job.member_weight(lease_id, round_, self.client.address):
+            entry = self.book.get(lease_id)
+            if entry is not None and self.committees.weight(entry, round_, self.client.address, self.book.head):
                 time.sleep(self.verify_s)  # the member's sampled verification, simulated by its measured duration
                 self.verified += 1
                 self.to_vote.add(lease_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from eth_utils import keccak
 from rollnet.node.chain.job import SETTLED_STATUSES, ChainSpec, JobClient, Lease, LeaseStatus, Outcome
@@ -54,16 +55,18 @@ def due_since(lease: LeaseView, spec: ChainSpec) -> int:
 
 def keeper_turn(lease: LeaseView, address: str, spec: ChainSpec, grace_s: int) -> int:
     """When `address` takes its turn at the lease's due keeper action: the lease's worker (paid by it) at once,
-    the lease's voters (rewarded by it) `grace_s` later, anyone else from `2 * grace_s` later, spread over
-    another `grace_s` by a hash of (lease, address). So a live market settles each lease with about one
-    transaction, however many participants watch it, and a dead worker's leases still settle."""
+    the lease's voters (rewarded by it) from `grace_s` later, anyone else from `2 * grace_s` later; within
+    each group, turns are spread over `grace_s` by a hash of (lease, address), so voters do not all send the
+    same transaction in the same block. So a live market settles each lease with about one transaction,
+    however many participants watch it, and a dead worker's leases still settle."""
     start = due_since(lease, spec)
     if address.lower() == lease.worker.lower():
         return start
-    if isinstance(lease, LeaseEntry) and any(address in ballots for ballots in lease.votes.values()):
-        return start + grace_s
     spread = int.from_bytes(keccak(lease.lease_id.to_bytes(32, "big") + bytes.fromhex(address[2:]))[:8], "big")
-    return start + 2 * grace_s + spread * (grace_s + 1) // 2**64
+    offset = spread * grace_s // 2**64  # 0 .. grace_s - 1
+    if isinstance(lease, LeaseEntry) and any(address in ballots for ballots in lease.votes.values()):
+        return start + grace_s + offset
+    return start + 2 * grace_s + offset
 
 
 def appealable(lease: LeaseView, now: int, spec: ChainSpec) -> bool:
@@ -194,7 +197,8 @@ class Keeper:
         return round_ in self.job.ballot(lease.lease_id, member)
 
     def collect(self, lease_ids: Iterable[int]) -> int:
-        """Claim this account's rewards from settled leases, then withdraw everything owed; returns wei withdrawn."""
+        """Claim this account's rewards from settled leases (what reached their pools since its last claim), then
+        withdraw everything owed; returns wei withdrawn."""
         me = self.job.client.address
         for lease_id in lease_ids:
             if self.job.reward_of(lease_id, me) > 0:
@@ -208,3 +212,39 @@ class Keeper:
             self.job.withdraw_payment()
             self.events.emit("withdraw", wei=owed)
         return owed
+
+
+@dataclass
+class AppealRewards:
+    """An account's share of the winners' pools of its own leases that settled after an appeal round.
+
+    Invariant: a pool fills only as its losers are slashed and its absent members penalized, so a worker whose
+    appeals won slashes the losing voters itself before it claims (their stakes are its reward), then claims
+    again, for `watch_s` chain seconds, whatever others' penalties add; what it is entitled to is never left
+    behind because it claimed too early."""
+
+    keeper: Keeper
+    watch_s: int = 6 * KEEPER_GRACE_S
+    _settled: list[LeaseEntry] = field(default_factory=list)
+    _until: dict[int, int] = field(default_factory=dict)  # lease -> chain time until which its pool is watched
+
+    def note(self, entry: LeaseEntry) -> None:
+        """A lease of this account's that the lease book saw become final."""
+        if entry.round > 0:  # appealed (by its worker, or by anyone): an appellant's reward may be owed
+            self._settled.append(entry)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._settled or self._until)
+
+    def collect(self, now: int) -> int:
+        """Slash the losers of newly settled leases this account's appeals won, claim what reached the pools of
+        the leases still watched, and withdraw everything owed; returns wei withdrawn."""
+        for entry in self._settled:
+            if entry.outcome is Outcome.ACCEPT:
+                self.keeper.slash_losers(entry.lease_id, entry=entry)
+            self._until[entry.lease_id] = now + self.watch_s
+        self._settled.clear()
+        withdrawn = self.keeper.collect(sorted(self._until))
+        self._until = {lease_id: until for lease_id, until in self._until.items() if until >= now}
+        return withdrawn

@@ -18,7 +18,8 @@ Invariants:
   The validators and the trainer follow the whole job.
 - An entry is dropped once final, and handed over exactly once, by the poll that folded its end
   (`Update.finished`), so the saved state grows with the leases in flight, never with the job's history. A
-  caller that crashed before acting on it reads that lease from the chain once, and sees it final.
+  caller that crashed before acting on it reads that lease from the chain once, and sees it final. A poll
+  that folded some ranges and then lost the chain hands over what it folded and stops; the next poll goes on.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from rollnet.node.chain.client import LOG_RANGE_BLOCKS
 from rollnet.node.chain.job import FINAL_STATUSES, JobClient, LeaseStatus, Outcome
+from rollnet.node.errors import ChainUnavailable
 
 WORKER_EVENTS = ["TaskClaimed", "LeaseReturned", "BatchSubmitted", "Settled"]  # each indexes the worker as topic 2
 LEASE_EVENTS = ["CommitteeDrawn", "Voted", "RoundDecided", "Appealed"]  # each indexes the lease as topic 1
@@ -39,9 +41,10 @@ FOLLOWED_EVENTS = ["TaskClaimed", "LeaseReturned", "BatchSubmitted", "CommitteeD
 SETTLED_AS = {Outcome.ACCEPT: LeaseStatus.PAID, Outcome.REJECT: LeaseStatus.SLASHED, Outcome.VOID: LeaseStatus.LAPSED}
 
 
-def book_file(data_dir: Path, job: str) -> Path:
-    """Where a participant keeps its book of `job`'s leases."""
-    return data_dir / f"lease-book-{job.lower()}.json"
+def book_file(data_dir: Path, job: str, follower: str) -> Path:
+    """Where a participant keeps its book of `job`'s leases: one file per follower (its role, and a worker's
+    address), so a worker, a validator and a trainer sharing a data directory never load each other's cursor."""
+    return data_dir / f"lease-book-{job.lower()}-{follower.lower()}.json"
 
 
 @dataclass
@@ -60,6 +63,8 @@ class LeaseEntry:
     votes: dict[int, dict[str, bool]] = field(default_factory=dict)  # round -> {validator: accept}
     weights: dict[int, list[int]] = field(default_factory=dict)  # round -> [accept weight, reject weight]
     totals: dict[int, int] = field(default_factory=dict)  # round -> its committee's total weight, once drawn
+    seeds: dict[int, str] = field(default_factory=dict)  # round -> hex of its committee seed, once drawn
+    starts: dict[int, list] = field(default_factory=dict)  # round -> [start block, hex of its hash] (committee draw)
 
     @property
     def final(self) -> bool:
@@ -93,6 +98,7 @@ class LeaseBook:
         self.leases: dict[int, LeaseEntry] = {}
         self.enlisted: dict[str, None] = {}  # ordered set of enlisted, not delisted, validators
         self.now = 0  # the chain's clock at the last poll (the pending block's timestamp)
+        self.head = from_block - 1  # the chain's head at the last poll
         if state_path is not None and state_path.exists():
             self._load(state_path)
 
@@ -103,18 +109,24 @@ class LeaseBook:
         given, records each range in the caller's own store before the book saves it, so that store's cursor
         is never behind the book's (a crash in between folds the range again; the store ignores repeats)."""
         client = self.job.client
-        head = client.block_number()
+        head = self.head = client.block_number()
         self.now = client.now()
         update = Update()
         if head <= self.cursor:
             return update
-        low = self.cursor + 1
+        low, first = self.cursor + 1, self.cursor + 1
         while low <= head:
             end = min(head, low + LOG_RANGE_BLOCKS - 1)
-            logs = self._logs(low, end)
+            try:
+                logs = self._logs(low, end)
+            except ChainUnavailable:
+                if low == first:
+                    raise  # nothing folded yet: the caller sees the outage
+                return update  # what the earlier ranges folded (and pruned) is handed over, never lost
             low = end + 1
             for log in logs:
-                self._fold(log["event"], dict(log["args"]), log["blockNumber"])
+                block_hash = bytes(log.get("blockHash") or b"").hex()
+                self._fold(log["event"], dict(log["args"]), log["blockNumber"], block_hash)
             if on_range is not None:
                 on_range(end, logs)
             self.cursor = end
@@ -144,7 +156,7 @@ class LeaseBook:
             self.cursor, self.leases, self.enlisted = self.from_block - 1, {}, {}
             self._save()
 
-    def _fold(self, event: str, args: dict, block: int) -> None:
+    def _fold(self, event: str, args: dict, block: int, block_hash: str = "") -> None:
         if event == "Enlisted":
             self.enlisted[args["validator"]] = None
             return
@@ -164,11 +176,15 @@ class LeaseBook:
         elif event == "BatchSubmitted":
             entry.status, entry.deadline, entry.submit_block = LeaseStatus.VOTING, args["voteDeadline"], block
             entry.policy_version, entry.root = args["policyVersion"], bytes(args["root"]).hex()
+            entry.starts[0] = [block, block_hash]  # round 0 starts at the submission block
         elif event == "CommitteeDrawn":
             entry.totals[args["round"]] = args["totalWeight"]
+            entry.seeds[args["round"]] = bytes(args["seed"]).hex()
         elif event == "Voted":
-            round_ = args["round"]
-            entry.votes.setdefault(round_, {})[args["validator"]] = args["accept"]
+            round_, ballots = args["round"], entry.votes.setdefault(args["round"], {})
+            if args["validator"] in ballots:
+                return  # one ballot per member and round (TrainingJob refuses a second): count its weight once
+            ballots[args["validator"]] = args["accept"]
             side = entry.weights.setdefault(round_, [0, 0])
             side[0 if args["accept"] else 1] += args["weight"]
         elif event == "RoundDecided":
@@ -177,6 +193,7 @@ class LeaseBook:
         elif event == "Appealed":
             entry.status, entry.round, entry.outcome = LeaseStatus.VOTING, args["round"], Outcome.PENDING
             entry.deadline = args["voteDeadline"]
+            entry.starts[args["round"]] = [block, block_hash]  # an appeal's round starts at its block
         elif event == "Settled":
             entry.outcome = Outcome(args["outcome"])
             entry.status = SETTLED_AS[entry.outcome]
@@ -201,7 +218,7 @@ class LeaseBook:
         state = {"job": self.job.address, "from_block": self.from_block, "worker": self.worker, "cursor": self.cursor,
                  "enlisted": list(self.enlisted), "leases": [asdict(entry) for entry in self.leases.values()]}
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.state_path.with_suffix(".tmp")
+        temporary = self.state_path.with_name(f"{self.state_path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(state))
         os.replace(temporary, self.state_path)
 
@@ -217,6 +234,8 @@ class LeaseBook:
                 raw["votes"] = {int(r): dict(v) for r, v in raw["votes"].items()}
                 raw["weights"] = {int(r): list(w) for r, w in raw["weights"].items()}
                 raw["totals"] = {int(r): int(t) for r, t in raw["totals"].items()}
+                raw["seeds"] = {int(r): str(seed) for r, seed in raw.get("seeds", {}).items()}
+                raw["starts"] = {int(r): list(start) for r, start in raw.get("starts", {}).items()}
                 leases[raw["lease_id"]] = LeaseEntry(**raw)
         except (OSError, ValueError, KeyError, TypeError):
             return  # unreadable: fold again from the deployment block (every event is on chain)

@@ -13,8 +13,9 @@ waiting (back-pressure: when validators fall behind, new batches would only grow
 claims only while its free stake covers another lease's collateral. It follows the chain through its lease
 book (`rollnet.node.lease_book`: only its own leases' events, a fixed number of requests per pass, however
 many leases are in flight), and does the keeper chores of its own leases (validators, who follow every lease,
-do everyone's in their turn); an honest worker appeals a rejection (or a void round) of its own
-batch while appeals remain. Every claim, submission, appeal and keeper action is one event in its log.
+do everyone's in their turn); an honest worker appeals a rejection (or a void round) of its own batch while
+appeals remain, and once its appeals won, slashes the losing voters and claims its share of their stakes
+(`AppealRewards`). Every claim, submission, appeal and keeper action is one event in its log.
 Keeper duties anyone may do (return expired leases to the queue, settle leases whose outcome is final)
 keep the market moving when a participant dies; a lost race for them is harmless.
 """
@@ -25,13 +26,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, appealable, current_outcome
+from rollnet.node.keeper import KEEPER_GRACE_S, AppealRewards, Keeper, appealable, current_outcome
 from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.p2p.objects import ObjectStore, object_root
 from rollnet.node.policy_sync import PolicyFollower
@@ -91,7 +93,8 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            drawn = job.draw_seed(lease.lease_id)
+            # After an outage, the draw may have been mined although its result never reached us: look first.
+            drawn = lease if lease.seed_drawn else job.draw_seed(lease.lease_id)
             if timings is not None:
                 timings.update(claim_s=claimed - started, seed_wait_s=time.perf_counter() - claimed)
             return drawn
@@ -100,6 +103,8 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
             if not retry or time.monotonic() > deadline:
                 raise
             time.sleep(poll_s)
+            if isinstance(exc, ChainUnavailable):
+                lease = job.client.through_outage(partial(job.lease, lease.lease_id))
 
 
 def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
@@ -161,11 +166,11 @@ class WorkerLoop:
     _keeper_at: float = 0.0
     _idle_reason: str = ""
     _appealed: set[tuple[int, int]] = field(default_factory=set)
-    _rewards_due: set[int] = field(default_factory=set)  # own appealed leases, settled: appellant rewards to claim
     _owed_maybe: bool = True  # something may be owed: check (and withdraw) at the next keeper pass
 
     def __post_init__(self) -> None:
         self.keeper = Keeper(self.job, self.events, self.job.spec())
+        self.rewards = AppealRewards(self.keeper)
         if self.max_undecided is None:
             self.max_undecided = default_undecided(self.job.spec())
         self.book = LeaseBook(self.job, self.from_block, self.book_path, worker=self.account.address)
@@ -177,9 +182,8 @@ class WorkerLoop:
         for entry in self.book.poll().finished:
             if entry.worker.lower() != me:
                 continue
-            self._owed_maybe = self._owed_maybe or entry.status is LeaseStatus.PAID or entry.round > 0
-            if any(lease_id == entry.lease_id for lease_id, _ in self._appealed):
-                self._rewards_due.add(entry.lease_id)
+            self._owed_maybe = self._owed_maybe or entry.status is LeaseStatus.PAID
+            self.rewards.note(entry)
 
     def step(self) -> bool:
         """Claim, generate and submit one lease; returns False when it had to wait instead."""
@@ -245,9 +249,8 @@ class WorkerLoop:
             if entry.worker.lower() == me:
                 self._appeal_if_wronged(entry, now)
             self.keeper.act_in_turn(entry, now, self.keeper_grace_s)
-        if self._owed_maybe or self._rewards_due:
-            self.keeper.collect(sorted(self._rewards_due))
-            self._rewards_due.clear()
+        if self._owed_maybe or self.rewards.pending:
+            self.rewards.collect(now)
             self._owed_maybe = False
 
     def _appeal_if_wronged(self, lease: LeaseEntry, now: int) -> None:

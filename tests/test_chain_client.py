@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -154,3 +156,33 @@ def test_transactions_mine_on_a_chain_with_real_block_times(tmp_path: object) ->
         assert sender.fees_paid_wei == receipt["gasUsed"] * receipt["effectiveGasPrice"] > 0
     finally:
         node.stop()
+
+
+def test_a_read_after_our_own_transaction_rides_out_a_frozen_chain(anvil: AnvilProcess) -> None:
+    """What a worker reads right after its claim (the lease it now holds) waits for a frozen endpoint to come back
+    within the outage bound, and fails clearly past it: a mined claim is never dropped for a read."""
+    client = ChainClient(anvil.url, dev_account(1), request_timeout=0.5, outage_seconds=30)
+    frozen = threading.Event()
+
+    def freeze(seconds: float) -> None:
+        os.kill(anvil.pid, signal.SIGSTOP)
+        frozen.set()
+        time.sleep(seconds)
+        os.kill(anvil.pid, signal.SIGCONT)
+
+    before = client.block_number()
+    thaw = threading.Thread(target=freeze, args=(3.0,))
+    thaw.start()
+    frozen.wait()
+    assert client.through_outage(client.block_number) == before  # answered once the chain came back
+    thaw.join()
+    impatient = ChainClient(anvil.url, request_timeout=0.5, outage_seconds=1)
+    frozen.clear()
+    thaw = threading.Thread(target=freeze, args=(4.0,))
+    thaw.start()
+    frozen.wait()
+    try:
+        with pytest.raises(ChainUnavailable, match="no Ethereum node answers"):
+            impatient.through_outage(impatient.block_number)  # past its bound: a clear error
+    finally:
+        thaw.join()

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import ETH, REPO, advance_time, client_for
 from rollnet.node.chain.anvil import AnvilProcess, start_anvil
-from rollnet.node.chain.client import ChainClient
+from rollnet.node.chain.client import LOG_RANGE_BLOCKS, ChainClient
 from rollnet.node.chain.deploy import RegistryParams, deploy_market
 from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus, Outcome
+from rollnet.node.chain.logs import EventDecoder
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
+from rollnet.node.errors import ChainUnavailable
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, current_outcome, due, keeper_turn
 from rollnet.node.keys import dev_account
-from rollnet.node.lease_book import LeaseBook
+from rollnet.node.lease_book import LeaseBook, book_file
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
 from rollnet.node.worker import claim_with_seed
@@ -181,8 +184,10 @@ def _keepers_take_turns(market: Deployment, anvil: AnvilProcess) -> None:
     start = entry.deadline + 1
     turns = {name: keeper_turn(entry, job.client.address, spec, KEEPER_GRACE_S)
              for name, job in (("worker", worker), ("voter", a), ("bystander", bystander))}
-    assert turns["worker"] == start and turns["voter"] == start + KEEPER_GRACE_S
-    assert start + 2 * KEEPER_GRACE_S <= turns["bystander"] <= start + 3 * KEEPER_GRACE_S
+    assert turns["worker"] == start and start + KEEPER_GRACE_S <= turns["voter"] < start + 2 * KEEPER_GRACE_S
+    assert start + 2 * KEEPER_GRACE_S <= turns["bystander"] < start + 3 * KEEPER_GRACE_S
+    voter_turns = {keeper_turn(entry, voter.client.address, spec, KEEPER_GRACE_S) for voter in (a, b)}
+    assert len(voter_turns) == 2  # the voters' turns are spread, not one slot they all send in
 
     # At the moment it is due, everyone watching tries: only the worker sends anything.
     advance_time(worker.client, entry.deadline + 1 - worker.client.now())
@@ -204,3 +209,48 @@ def _keepers_take_turns(market: Deployment, anvil: AnvilProcess) -> None:
     advance_time(worker.client, max(0, voters_turn - worker.client.now()))
     assert Keeper(a, EventLog(None), spec).act_in_turn(orphaned, worker.client.now(), KEEPER_GRACE_S) == "finalize"
     assert worker.lease(orphan).status is LeaseStatus.PAID
+
+
+def test_a_poll_that_loses_the_chain_midway_hands_over_what_it_folded_and_counts_each_vote_once(
+        market: Deployment, anvil: AnvilProcess, tmp_path: Path) -> None:
+    address = _job(market, anvil)
+    worker = JobClient(client_for(anvil, WORKER), address)
+    a, b = (JobClient(client_for(anvil, i), address) for i in (VALIDATOR_A, VALIDATOR_B))
+    lease_id = claim_with_seed(worker).lease_id
+    worker.submit(lease_id, b"\x22" * 32, 1)
+    a.vote_batch({lease_id: True})
+    b.vote_batch({lease_id: True})
+    advance_time(worker.client, worker.lease(lease_id).deadline + 1 - worker.client.now())
+    worker.finalize(lease_id)
+    worker.client.rpc("anvil_mine", [hex(LOG_RANGE_BLOCKS + 5)])  # a second range of blocks to read
+
+    # A repeated Voted log (a node answering a range twice) does not count its weight twice.
+    (voted, *_) = worker.client.logs(worker.contract, ["Voted"], market.deployed_at_block, worker.client.block_number())
+    twice = LeaseBook(worker, market.deployed_at_block)
+    twice._fold("TaskClaimed", {"leaseId": lease_id, "worker": worker.client.address, "expiresAt": 0}, 0)
+    for _ in range(2):
+        twice._fold("Voted", dict(voted["args"]), voted["blockNumber"])
+    assert twice.get(lease_id).weights[0] == [voted["args"]["weight"], 0]
+
+    # The chain dies once the first range is folded: the lease that range finished is handed over, not lost.
+    path = tmp_path / "book.json"
+    book = LeaseBook(JobClient(ChainClient(anvil.url), address), market.deployed_at_block, path)
+    later = JobClient(ChainClient(anvil.url), address)  # a client made while the chain answered
+    update = book.poll(on_range=lambda end, logs: anvil.stop())
+    assert [entry.lease_id for entry in update.finished] == [lease_id]
+    assert book.cursor == market.deployed_at_block + LOG_RANGE_BLOCKS - 1  # saved after the first range only
+    resumed = LeaseBook(later, market.deployed_at_block, path)
+    assert resumed.cursor == book.cursor and resumed.get(lease_id) is None  # handed over exactly once
+    with pytest.raises(ChainUnavailable):
+        resumed.poll()  # nothing folded in this poll: the caller sees the outage
+
+
+def test_each_follower_keeps_its_own_book_and_hashed_topics_are_never_decoded(tmp_path: Path) -> None:
+    job = "0x" + "ab" * 20
+    files = {book_file(tmp_path, job, follower) for follower in
+             (f"worker-{dev_account(1).address}", f"validator-{dev_account(2).address}", "trainer")}
+    assert len(files) == 3  # a worker, a validator and a trainer sharing a data directory never share a cursor
+    named = {"type": "event", "name": "Named", "anonymous": False,
+             "inputs": [{"name": "label", "type": "string", "indexed": True}]}
+    with pytest.raises(ValueError, match="label"):
+        EventDecoder([named], ["Named"])  # its topic holds keccak(label), not the label

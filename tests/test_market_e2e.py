@@ -11,7 +11,8 @@ from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
 from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import Keeper
+from rollnet.node.keeper import AppealRewards, Keeper
+from rollnet.node.lease_book import LeaseBook
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
 from rollnet.node.worker import claim_with_seed
@@ -170,3 +171,43 @@ def test_a_peer_id_is_registered_only_by_the_holder_of_its_key(market: Deploymen
         squatter.transact(registry.contract.functions.join(b"peer-of-someone", b"\x00" * 65, 1), value=ETH)
     RegistryClient(victim, market.registry).join(victim_peer, Role.WORKER, ETH)
     assert registry.owner_of_peer(victim_peer.peer_id_bytes) == victim.address
+
+
+def test_a_worker_whose_appeal_won_claims_the_losers_stakes_however_late_they_reach_the_pool(
+        market: Deployment, anvil: AnvilProcess) -> None:
+    job = _deploy_job(market, anvil, appeal_rounds=1)
+    a, b = (JobClient(client_for(anvil, v), job) for v in (VALIDATOR_A, VALIDATOR_B))
+    for validator in (a, b):
+        validator.enlist()  # enlisted members answer for their absence
+    worker, lease_id = _submitted_lease(anvil, job)
+    me = worker.client.address
+    a.vote(lease_id, False)  # half the committee rejects an honest batch, the other half never votes
+    advance_time(worker.client, worker.lease(lease_id).deadline + 1 - worker.client.now())
+    newcomer = client_for(anvil, LATECOMER)
+    RegistryClient(newcomer, market.registry).join(PeerIdentity.generate(), Role.VALIDATOR, 30 * ETH)
+    worker.appeal(lease_id)  # against the closed round's rejection
+    honest = JobClient(newcomer, job)
+    worker.client.rpc("evm_mine", [])
+    honest.vote(lease_id, True)  # 30 of 50 ETH in the final round: accepted, final at once
+    worker.finalize(lease_id)
+
+    book = LeaseBook(worker, market.deployed_at_block, worker=me)
+    (entry,) = book.poll().finished
+    assert (entry.round, entry.outcome) == (1, Outcome.ACCEPT)
+    rewards = AppealRewards(Keeper(worker, EventLog(None)))
+    rewards.note(entry)
+    withdrawn = rewards.collect(worker.client.now())  # the worker slashes the loser itself before it claims
+    claimed = worker.contract.functions.rewardClaimed(lease_id, me).call()
+    assert claimed > 0 and worker.reward_of(lease_id, me) == 0 and worker.owed(me) == 0
+    assert withdrawn == PAY + worker.appeal_bond(1) + claimed  # its pay, its bond back, its share of the loser's stake
+    assert RegistryClient(worker.client, market.registry).info(a.client.address).active == 9 * ETH
+
+    # The absent member's penalty reaches the pool later, from another keeper: the worker claims it too.
+    assert Keeper(honest, EventLog(None)).penalize_absentees(entry, lambda: [a.client.address, b.client.address]) == 1
+    assert worker.reward_of(lease_id, me) > 0 and rewards.pending
+    late = rewards.collect(worker.client.now())
+    assert worker.reward_of(lease_id, me) == 0
+    assert late == worker.contract.functions.rewardClaimed(lease_id, me).call() - claimed > 0
+    advance_time(worker.client, rewards.watch_s + 1)
+    rewards.collect(worker.client.now())
+    assert not rewards.pending  # watched for a bounded time, then forgotten

@@ -249,7 +249,7 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),
                                p2p_fetcher(node, registry), events, held_out_every=held_out_every,
                                held_out_prompts=held_out_prompts, from_block=cli.deployment().deployed_at_block,
-                               lease_book_path=book_file(folder, job_client.address))
+                               lease_book_path=book_file(folder, job_client.address, "trainer"))
         console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "
                       f"peer {address}")
         base = market.held_out()

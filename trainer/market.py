@@ -70,7 +70,6 @@ class MarketTrainer:
         self.held_out_every = held_out_every
         self.held_out_prompts = held_out_prompts
         self.reannounce_s = reannounce_s
-        self.from_block = from_block  # the market's deployment block: no job's events come before it
         spec = job.spec()
         self.spec = spec
         if spec.trainer.lower() != trainer.signer.address.lower():

@@ -94,7 +94,7 @@ def run(
                                  p2p_fetcher(node, registry), SubmissionLedger(cli.data_dir / "validator.sqlite"),
                                  publish=lambda data: node.publish(verdict_topic, data), events=events,
                                  from_block=deployment.deployed_at_block,
-                                 book_path=book_file(cli.data_dir, job_client.address))
+                                 book_path=book_file(cli.data_dir, job_client.address, f"validator-{account.address}"))
         console.print(f"validating job {job_client.address} as {account.address} (peer {identity.peer_id})")
         events.emit("start", address=account.address, peer=identity.peer_id)
         while True:

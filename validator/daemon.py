@@ -37,6 +37,7 @@ from pathlib import Path
 from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.committee import CommitteeView
 from rollnet.node.errors import ChainUnavailable, ContractRevert, PolicyUnavailable
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, appeal_deadline, appealable, current_outcome
@@ -89,13 +90,13 @@ class ValidatorDaemon:
         self.backoff_s = backoff_s
         self.events = events or EventLog(None)
         self.appeals = appeals
-        self.from_block = from_block  # the market's deployment block: no job's events come before it
         self.spec = self._retrying(job.spec)
         self.keeper = Keeper(job, self.events, self.spec)
         self.keeper_grace_s = keeper_grace_s
         self.book = LeaseBook(job, from_block, book_path)
+        self.committees = CommitteeView(job, registry)
         self.book.align(store.cursor(job.address))
-        self._finished: dict[int, LeaseEntry] = {}  # leases the book saw end, until their rows are closed
+        self._finished: dict[int, LeaseEntry] = {}  # leases the book saw end, until the next settling pass
         self._enlisted = False
         self._leases: dict[int, Lease] = {}  # this round's reads of the chain: each lease read once per round
         self._now: int | None = None
@@ -150,19 +151,23 @@ class ValidatorDaemon:
         return self._finished.get(lease_id) or self.book.get(lease_id) or self._lease(lease_id)
 
     def find_membership(self) -> int:
-        """For each open lease whose current round's committee is not known to this ledger yet, ask the
-        contract whether this validator sits on it (once the round's randomness exists)."""
+        """For each open lease whose current round's committee is not known to this ledger yet, work out whether
+        this validator sits on it: from the book's entry as the contract would (`rollnet.node.committee`: no
+        request per lease), or, where the book cannot say (a lease it no longer holds), by asking the contract."""
         drawn = 0
         for row in self.store.open_rows(self.job.address):
             if row.member_weight is not None:
                 continue
-            state = self._retrying(self.job.round, row.lease_id, row.round)
-            weight = self._retrying(self.job.member_weight, row.lease_id, row.round, self.me)
+            lease = self._view(row.lease_id)
+            weight = None
+            if isinstance(lease, LeaseEntry):
+                weight = self._retrying(self.committees.weight, lease, row.round, self.me, self.book.head)
+            if weight is None:  # a lease the book no longer holds, or whose round start it never saw
+                weight = self._retrying(self.job.member_weight, row.lease_id, row.round, self.me)
             self.store.set_membership(self.job.address, row.lease_id, row.round, weight)
             if weight:
                 drawn += 1
-                self.events.emit("drawn", lease=row.lease_id, round=row.round, weight=weight,
-                                 total=state.total_weight or None)
+                self.events.emit("drawn", lease=row.lease_id, round=row.round, weight=weight)
         return drawn
 
     def judge_pending(self) -> int:
@@ -325,8 +330,8 @@ class ValidatorDaemon:
                 report.penalized += self.keeper.penalize_absentees(lease, self._validators)
                 settled.append(row.lease_id)
             self.store.close(self.job.address, row.lease_id)
-            self._finished.pop(row.lease_id, None)
             closed += 1
+        self._finished.clear()  # every open row was read: what is left ended without a row (never submitted)
         rows = {row.lease_id for row in self.store.open_rows(self.job.address)}
         for entry in self.book.open_leases():  # everyone's keeper of last resort: expired leases, dead workers
             if entry.lease_id not in rows:

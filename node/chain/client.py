@@ -8,7 +8,8 @@ Invariants:
 - A dead endpoint raises `ChainUnavailable` within `request_timeout`; a wrong chain id raises `WrongChain`.
 - A transaction is signed once; if the endpoint stops answering while it is sent or mined, the *same*
   signed bytes (same nonce, same hash) are re-sent until `outage_seconds` pass, so an outage can delay a
-  transaction but never lose it or execute it twice.
+  transaction but never lose it or execute it twice. What a caller reads right after its own transaction
+  (`through_outage`) rides out the same outage, so a mined transaction's result is never dropped for a read.
 """
 
 from __future__ import annotations
@@ -163,6 +164,20 @@ class ChainClient:
     def call(self, fn: ContractFunction, block: int | str = "latest") -> Any:
         with rpc_errors(self.rpc_url):
             return fn.call(block_identifier=block)
+
+    def through_outage(self, read: Callable[[], Any]) -> Any:
+        """`read()`, retried while the chain is unavailable, for up to `outage_seconds`: for reading what a mined
+        transaction of ours did, whose result the caller must not lose to an outage (a claimed lease)."""
+        outage_until = None
+        while True:
+            try:
+                return read()
+            except ChainUnavailable:
+                now = time.monotonic()
+                outage_until = outage_until or now + self.outage_seconds
+                if now > outage_until:
+                    raise
+                time.sleep(0.5)
 
     def balance(self, address: str) -> int:
         with rpc_errors(self.rpc_url):

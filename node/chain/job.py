@@ -303,11 +303,11 @@ class JobClient:
         """Lease the next tasks (collateral locked); the prompt seed is drawn afterwards with `draw_seed`."""
         receipt = self._send("claim", headroom=CLAIM_HEADROOM_GAS)
         (event,) = self.contract.events.TaskClaimed().process_receipt(receipt, errors=DISCARD)
-        return self.lease(event["args"]["leaseId"])
+        return self.client.through_outage(lambda: self.lease(event["args"]["leaseId"]))
 
     def draw_seed(self, lease_id: int) -> Lease:
         self._send("drawSeed", lease_id)
-        return self.lease(lease_id)
+        return self.client.through_outage(lambda: self.lease(lease_id))
 
     def submit(self, lease_id: int, root: bytes, policy_version: int) -> TxReceipt:
         return self._send("submit", lease_id, root, policy_version)

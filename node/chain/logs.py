@@ -2,8 +2,10 @@
 ABI, and a log is decoded with one `eth_abi.decode` of its data and one per indexed topic.
 
 Invariants: a decoded log is what web3's `process_log` gives for the same raw log (`event`, `args` by name,
-addresses checksummed, `bytesN` as bytes, `blockNumber`, `logIndex`, `transactionHash`), so every follower can
-use either; a log whose topic is not one of the decoder's events is skipped, never guessed. Web3's decoder
+addresses checksummed, `bytesN` as bytes, `blockNumber`, `logIndex`, `blockHash`, `transactionHash`), so every
+follower can use either; a log whose topic is not one of the decoder's events is skipped, never guessed. An
+event with an indexed dynamic argument (string, bytes, an array or a tuple: its topic is only a hash of the
+value) is refused when the decoder is built, never decoded into a wrong value. Web3's decoder
 hashes the event signature again for every log, which made decoding the cost that grew with a market's size
 when every participant followed every event (bench/scale.py).
 """
@@ -46,6 +48,9 @@ class EventDecoder:
             if item.get("type") != "event" or item["name"] not in wanted:
                 continue
             name = item["name"]
+            hashed = [i["name"] for i in item["inputs"] if i["indexed"] and _hashed_in_topic(i["type"])]
+            if hashed:
+                raise ValueError(f"event {name}: indexed {', '.join(hashed)} hashed in the topics, cannot be decoded")
             self.shapes[event_topic(item)] = EventShape(
                 name,
                 tuple((i["name"], i["type"]) for i in item["inputs"] if i["indexed"]),
@@ -67,7 +72,12 @@ class EventDecoder:
         for (name, kind), value in zip(shape.data, values, strict=True):
             args[name] = _typed(kind, value)
         return {"event": shape.name, "args": args, "blockNumber": log["blockNumber"], "logIndex": log["logIndex"],
-                "transactionHash": log["transactionHash"]}
+                "blockHash": log.get("blockHash"), "transactionHash": log["transactionHash"]}
+
+
+def _hashed_in_topic(kind: str) -> bool:
+    """Whether an indexed argument of this ABI type is stored as the keccak of its encoding, not its value."""
+    return kind in ("string", "bytes") or kind.endswith("]") or kind.startswith("tuple")
 
 
 def _typed(kind: str, value: Any) -> Any:

@@ -124,6 +124,10 @@ class RegistryClient:
         """`address`'s validator weight at the end of a past block (0 if none)."""
         return self.client.call(self.contract.functions.weightAt(address, block))
 
+    def total_weight_at(self, block: int) -> int:
+        """All validators' weight at the end of a past block."""
+        return self.client.call(self.contract.functions.totalValidatorWeightAt(block))
+
     def current_weights(self, address: str) -> tuple[int, int]:
         """(this validator's weight, all validators' weight) now."""
         weight, total = self.client.call(self.contract.functions.currentWeights(address))

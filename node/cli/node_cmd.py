@@ -232,7 +232,7 @@ def work(
         loop = WorkerLoop(job_client, account, task_def, follower, engine, node.store, events,
                           delay_s=delay, tamper=tamper, max_undecided=max_undecided,
                           from_block=deployment.deployed_at_block,
-                          book_path=book_file(cli.data_dir, job_client.address))
+                          book_path=book_file(cli.data_dir, job_client.address, f"worker-{account.address}"))
         events.emit("start", address=account.address, peer=node.peer_id, backend=backend)
         loop.run(leases)
         console.print(f"submitted {loop.submitted} leases; serving the batches as {node.peer_id} for {serve:g} s")

@@ -1,0 +1,77 @@
+"""Committee membership computed locally from the lease book agrees with the contract's `memberWeight` for every
+validator, lease and round (sampled rounds, the final round that seats everyone, drawn and undrawn rounds, and
+a round whose randomness expired), while asking the chain only for the registry's weights once per start block."""
+
+from __future__ import annotations
+
+from conftest import ETH, REPO, advance_time, client_for
+from rollnet.node.chain.anvil import AnvilProcess
+from rollnet.node.chain.client import ChainClient
+from rollnet.node.chain.job import FactoryClient, JobClient
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.committee import BLOCKHASH_WINDOW, CommitteeView
+from rollnet.node.config import Deployment
+from rollnet.node.keys import dev_account
+from rollnet.node.lease_book import LeaseBook
+from rollnet.node.p2p.identity import PeerIdentity
+from rollnet.node.spec import load_job_spec
+from rollnet.node.worker import claim_with_seed
+
+REQUESTER, WORKER = 0, 1
+STAKES = {2: 5, 3: 6, 4: 8, 5: 10, 6: 20, 7: 40}  # validator account -> ETH: some always seated, some sampled
+
+
+def _agree(job: JobClient, view: CommitteeView, book: LeaseBook, lease_id: int, round_: int) -> int:
+    """Compare every validator's (and the worker's) local weight with the contract's; returns the seats."""
+    entry = book.get(lease_id)
+    seats = 0
+    for index in [WORKER, *STAKES]:
+        member = dev_account(index).address
+        local = view.weight(entry, round_, member, book.head)
+        assert local == job.member_weight(lease_id, round_, member), (lease_id, round_, index)
+        seats += local > 0
+    return seats
+
+
+def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilProcess) -> None:
+    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
+    for index, stake in STAKES.items():
+        RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), Role.VALIDATOR,
+                                                                        stake * ETH)
+    requester = client_for(anvil, REQUESTER)
+    spec = load_job_spec(REPO / "examples" / "job.toml")
+    address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
+    JobClient(requester, address).publish_policy(1, b"\x11" * 32)
+    worker = JobClient(client_for(anvil, WORKER), address)
+    leases = []
+    for _ in range(8):
+        lease_id = claim_with_seed(worker).lease_id
+        worker.submit(lease_id, b"\x22" * 32, 1)
+        leases.append(lease_id)
+    for lease_id in leases[::2]:
+        worker.draw_committee(lease_id)  # half drawn (seed and total from CommitteeDrawn), half not
+    reader = JobClient(ChainClient(anvil.url), address)
+    book = LeaseBook(reader, market.deployed_at_block)
+    book.poll()
+    view = CommitteeView(reader, RegistryClient(reader.client, market.registry))
+    before = sum(reader.client.requests.values())
+    seats = [_agree(worker, view, book, lease_id, 0) for lease_id in leases]
+    # The registry's weights: two calls per (member, start block), the committee size once, nothing per lease.
+    starts = {book.get(lease_id).starts[0][0] for lease_id in leases}
+    assert sum(reader.client.requests.values()) - before <= 2 * len(starts) * (1 + len(STAKES)) + 1
+    assert max(seats) >= 2 and any(0 < s < len(STAKES) for s in seats)  # sampled committees, not everyone
+
+    # Appeals: round 1 (committee 6 of 89 ETH, still sampled) and round 2 (final: every validator, by stake).
+    appealed = leases[1]
+    for round_ in (1, 2):
+        advance_time(worker.client, worker.lease(appealed).deadline + 1 - worker.client.now())
+        worker.appeal(appealed)  # against a void round: nobody voted
+        book.poll()
+        assert book.get(appealed).round == round_
+        seated = _agree(worker, view, book, appealed, round_)
+    assert seated == len(STAKES)  # the final round seats everyone
+
+    # A round never drawn whose start block's hash is gone: no committee, here as on chain.
+    worker.client.rpc("anvil_mine", [hex(BLOCKHASH_WINDOW + 2)])
+    book.poll()
+    assert _agree(worker, view, book, leases[3], 0) == 0
