@@ -8,9 +8,11 @@ was signed.
 
 The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's,
 and never with one older than the job's staleness bound allows (it waits for the next delta instead);
-it generates its next lease while earlier ones wait for their committees, keeping at most `max_undecided`
-waiting (back-pressure: when validators fall behind, new batches would only grow stale in their queue), and
-claims only while its free stake covers another lease's collateral. It follows the chain through its lease
+it claims (and draws seeds for) its next leases and submits its batches on background lanes
+(`rollnet.node.lease_lanes`), so on a chain with real block times its transactions share blocks and
+generation never waits for a receipt; it keeps at most `max_undecided` leases in flight, claimed or waiting
+for their committees (back-pressure: when validators fall behind, new batches would only grow stale in their
+queue), and claims only while its free stake covers another lease's collateral. It follows the chain through its lease
 book (`rollnet.node.lease_book`: only its own leases' events, a fixed number of requests per pass, however
 many leases are in flight), and does the keeper chores of its own leases (validators, who follow every lease,
 do everyone's in their turn); an honest worker appeals a rejection (or a void round) of its own batch while
@@ -35,6 +37,7 @@ from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import KEEPER_GRACE_S, AppealRewards, Keeper, appealable, current_outcome
 from rollnet.node.lease_book import LeaseBook, LeaseEntry
+from rollnet.node.lease_lanes import Claimed, LeaseLanes
 from rollnet.node.p2p.objects import ObjectStore, object_root
 from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.rollout.backend import PolicyEngine, RolloutBackend
@@ -83,13 +86,16 @@ log = logging.getLogger(__name__)
 
 
 def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2,
-                    timings: dict[str, float] | None = None) -> Lease:
+                    timings: dict[str, float] | None = None,
+                    on_claim: Callable[[Lease], None] = lambda lease: None) -> Lease:
     """Claim a lease and draw its prompt seed once the claim block is in the past (on an idle chain that
-    needs another block: anvil mines one per transaction, so the draw itself comes next). `timings`, if given,
-    gets the seconds of the claim (`claim_s`) and of waiting for and drawing the seed (`seed_wait_s`)."""
+    needs another block: anvil mines one per transaction, so the draw itself comes next). `on_claim` hears of
+    the lease as soon as the claim is mined. `timings`, if given, gets the seconds of the claim (`claim_s`)
+    and of waiting for and drawing the seed (`seed_wait_s`)."""
     started = time.perf_counter()
     lease = job.claim()
     claimed = time.perf_counter()
+    on_claim(lease)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -107,13 +113,12 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
                 lease = job.client.through_outage(partial(job.lease, lease.lease_id))
 
 
-def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
-               store: ObjectStore, *, policy_version: int, policy_root: str, delay_s: float = 0.0,
-               tamper: Tamper = HONEST, timings: dict[str, float] | None = None) -> SubmittedLease:
-    """Generate, prove and submit one lease's batch exactly as the job's on-chain recipe says (length,
-    temperature, EOS), so the validators check what the worker did. `timings`, if given, gets the seconds of
-    generation with its proofs (`generate_s`), signing and storing (`store_s`) and the submit transaction
-    (`submit_s`)."""
+def prepare_batch(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
+                  store: ObjectStore, *, policy_version: int, policy_root: str, delay_s: float = 0.0,
+                  tamper: Tamper = HONEST, timings: dict[str, float] | None = None) -> SubmittedLease:
+    """Generate and prove one lease's batch exactly as the job's on-chain recipe says (length, temperature,
+    EOS), so the validators check what the worker did; sign it and store it for peers. `timings`, if given,
+    gets the seconds of generation with its proofs (`generate_s`) and of signing and storing (`store_s`)."""
     if not lease.seed_drawn:
         raise RollnetError(f"lease {lease.lease_id} has no prompt seed yet: draw it first (claim_with_seed)")
     spec = job.spec()
@@ -128,20 +133,31 @@ def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, b
     root = object_root(data) if tamper.withhold else store.put(data)
     if delay_s:
         time.sleep(delay_s)  # slower hardware: the policy ages while the batch is produced
-    stored = time.perf_counter()
-    job.submit(lease.lease_id, root, policy_version)
     if timings is not None:
-        timings.update(generate_s=generated - started, store_s=stored - generated,
-                       submit_s=time.perf_counter() - stored)
+        timings.update(generate_s=generated - started, store_s=time.perf_counter() - generated)
     return SubmittedLease(lease.lease_id, root, data, rollouts)
 
 
+def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
+               store: ObjectStore, *, policy_version: int, policy_root: str, delay_s: float = 0.0,
+               tamper: Tamper = HONEST, timings: dict[str, float] | None = None) -> SubmittedLease:
+    """`prepare_batch`, then its root submitted on chain (`timings` also gets the transaction's `submit_s`)."""
+    done = prepare_batch(job, lease, worker, task, backend, store, policy_version=policy_version,
+                         policy_root=policy_root, delay_s=delay_s, tamper=tamper, timings=timings)
+    sent = time.perf_counter()
+    job.submit(lease.lease_id, done.root, policy_version)
+    if timings is not None:
+        timings["submit_s"] = time.perf_counter() - sent
+    return done
+
+
 def default_undecided(spec: ChainSpec) -> int:
-    """How many submitted batches a worker lets wait for their committees at once, by default: as many as the
-    job's staleness budget (at least 1). The worker generates its next lease while earlier ones wait, so the
-    committees' latency overlaps generation instead of adding to it; a batch waiting longer than the trainer
-    takes to publish that many versions would arrive too stale to train on, so more would only be wasted.
-    The worker's collateral bounds it too: a claim its free stake cannot cover is refused, and it waits."""
+    """How many leases a worker keeps in flight at once (claimed, being submitted, or waiting for their
+    committees), by default: as many as the job's staleness budget (at least 1). The worker claims and
+    generates its next leases while earlier ones wait, so the transactions' blocks and the committees' latency
+    overlap generation instead of adding to it; a batch waiting longer than the trainer takes to publish that
+    many versions would arrive too stale to train on, so more would only be wasted. The worker's collateral
+    bounds it too: a claim its free stake cannot cover is refused, and it waits."""
     return max(1, spec.max_staleness)
 
 
@@ -167,6 +183,7 @@ class WorkerLoop:
     _idle_reason: str = ""
     _appealed: set[tuple[int, int]] = field(default_factory=set)
     _owed_maybe: bool = True  # something may be owed: check (and withdraw) at the next keeper pass
+    _bound: int = 0  # leases a bounded `run` submits (0: unbounded)
 
     def __post_init__(self) -> None:
         self.keeper = Keeper(self.job, self.events, self.job.spec())
@@ -174,6 +191,7 @@ class WorkerLoop:
         if self.max_undecided is None:
             self.max_undecided = default_undecided(self.job.spec())
         self.book = LeaseBook(self.job, self.from_block, self.book_path, worker=self.account.address)
+        self.lanes: LeaseLanes[bool] = LeaseLanes(self._claim_seeded, self.max_undecided)
 
     def sync(self) -> None:
         """Fold the job's new events (a fixed number of requests, however many leases are in flight) and note
@@ -186,24 +204,23 @@ class WorkerLoop:
             self.rewards.note(entry)
 
     def step(self) -> bool:
-        """Claim, generate and submit one lease; returns False when it had to wait instead."""
+        """Keep claims in flight up to the room back-pressure leaves, then generate the oldest seeded lease's
+        batch and hand its submission to a background lane; returns False when it had to wait instead."""
         self.follower.poll()
         self.sync()
         if time.monotonic() - self._keeper_at > self.keeper_every_s:
             self.keep()
+        self._note_submissions()
         self._undecided = [i for i in self._undecided if self._waiting(i)]
-        if len(self._undecided) >= self.max_undecided:
-            return False  # back-pressure: validators are behind, and more batches would only age in their queue
+        self.lanes.claim_ahead(self.lanes.claiming + self._room())
         current = self.job.current_version()
         version = min(self.follower.latest, current)
         if current - version > self.job.spec().max_staleness:
             self.events.emit("waiting_for_policy", have=version, chain=current)
             self.follower.wait_for(current - self.job.spec().max_staleness, timeout=2.0)
             return False
-        backend = self.policies.at(version)
-        timings: dict[str, float] = {}
         try:
-            lease = claim_with_seed(self.job, timings=timings)
+            claimed = self.lanes.ready(timeout=0.2)
         except ContractRevert as exc:
             if exc.error_name != "RandomnessExpired":
                 raise
@@ -211,27 +228,66 @@ class WorkerLoop:
             # stalled): the lease can only expire now, costing the expiry fee. Claim afresh.
             self.events.emit("lost_lease", reason=exc.error_name)
             return False
-        self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
+        if claimed is None:
+            return False  # back-pressure (no room for another batch), or the claims are not mined yet
+        timings = dict(claimed.timings)
         started = time.perf_counter()
+        done = prepare_batch(self.job, claimed.lease, self.account, self.task, self.policies.at(version), self.store,
+                             policy_version=version, policy_root=self.job.policy_root(version).hex(),
+                             delay_s=self.delay_s, tamper=self.tamper, timings=timings)
+        self.lanes.submit(done.lease_id, partial(self._send, done, version, timings, started))
+        return True
+
+    def _room(self) -> int:
+        """How many more leases this worker may claim now: the batches of all its leases in flight (claimed,
+        being submitted, waiting for their committees) fit within `max_undecided`, so a claimed lease is never
+        held back by back-pressure; a bounded run claims no more than it has left to submit."""
+        assert self.max_undecided is not None
+        in_flight = self.lanes.claiming + self.lanes.submitting
+        room = self.max_undecided - len(self._undecided) - in_flight
+        if self._bound:
+            room = min(room, self._bound - self.submitted - in_flight)
+        return max(0, room)
+
+    def _claim_seeded(self) -> Claimed:
+        """(On a lane.) Claim a lease and draw its seed."""
+        timings: dict[str, float] = {}
+        lease = claim_with_seed(self.job, timings=timings, on_claim=lambda lease: self.events.emit(
+            "claim", lease=lease.lease_id, first_task=lease.first_task))
+        return Claimed(lease, timings)
+
+    def _send(self, done: SubmittedLease, version: int, timings: dict[str, float], started: float) -> bool:
+        """(On a lane.) Submit a prepared batch's root; False if the lease was lost meanwhile."""
+        sent = time.perf_counter()
         try:
-            done = work_lease(self.job, lease, self.account, self.task, backend, self.store,
-                              policy_version=version, policy_root=self.job.policy_root(version).hex(),
-                              delay_s=self.delay_s, tamper=self.tamper, timings=timings)
+            self.job.submit(done.lease_id, done.root, version)
         except ContractRevert as exc:
             if exc.error_name not in ("StalePolicy", "LeaseExpired"):
                 raise
             # Too slow for this lease: the policy aged past the bound or the lease ran out. It returns to the
             # queue when it expires (costing the expiry fee); the work is lost, never paid.
-            self.events.emit("lost_lease", lease=lease.lease_id, version=version, reason=exc.error_name)
+            self.events.emit("lost_lease", lease=done.lease_id, version=version, reason=exc.error_name)
             return False
+        timings["submit_s"] = time.perf_counter() - sent
         chain_version = self.job.current_version()
-        self.submitted += 1
-        self._undecided.append(lease.lease_id)
-        self.events.emit("submit", lease=lease.lease_id, version=version, chain_version=chain_version,
+        self.events.emit("submit", lease=done.lease_id, version=version, chain_version=chain_version,
                          g=chain_version - version, rollouts=len(done.rollouts), root=done.root.hex(),
                          seconds=round(time.perf_counter() - started, 4),
                          **{name: round(value, 4) for name, value in timings.items()})
         return True
+
+    def _note_submissions(self, wait_all: bool = False) -> None:
+        """Count the submissions the lanes finished; the first failure (other than a lost lease) is raised
+        after all are counted."""
+        failure = None
+        for item in self.lanes.finished(wait_all):
+            if item.error is not None:
+                failure = failure or item.error
+            elif item.result:
+                self.submitted += 1
+                self._undecided.append(item.lease_id)
+        if failure is not None:
+            raise failure
 
     def _waiting(self, lease_id: int) -> bool:
         """Whether a lease this worker submitted before the last `sync` still waits for its committee (a lease the
@@ -273,12 +329,24 @@ class WorkerLoop:
         self.events.emit("appeal", lease=lease.lease_id, round=lease.round + 1, against=outcome.name.lower())
 
     def run(self, leases: int = 0, stop: Callable[[], bool] = lambda: False) -> None:
-        """Work until `leases` are submitted (0: until `stop`), riding out chain outages."""
+        """Work until `leases` are submitted (0: until `stop`), riding out chain outages; submissions in flight
+        when it stops are waited for, claims not yet worked are left to expire."""
+        self._bound = leases
+        try:
+            self._run(leases, stop)
+        finally:
+            try:
+                self._note_submissions(wait_all=True)
+            except RollnetError as exc:
+                log.warning("a last submission failed: %s", exc)
+            self.lanes.close()
+
+    def _run(self, leases: int, stop: Callable[[], bool]) -> None:
         backoff = 0.2
         while not stop() and (leases == 0 or self.submitted < leases):
             try:
-                if not self.step():
-                    time.sleep(0.2)
+                if not self.step() and not self.lanes.claiming:
+                    time.sleep(0.2)  # (a step waiting for a claim has waited already)
                 backoff = 0.2
             except ChainUnavailable as exc:
                 log.warning("chain unavailable (%s); retrying in %.1f s", exc, backoff)

@@ -208,7 +208,8 @@ def devnet(
     cheater: str = typer.Option(None, "--cheater", help=f"add a worker that cheats: {', '.join(CHEAT_MODES)}"),
     lr: float = typer.Option(None, "--lr", help="default 2e-5; 3e-6 on a real model"),
     max_undecided: int = typer.Option(None, "--max-undecided", min=1,
-                                      help="batches a worker keeps waiting for validators (back-pressure)"),
+                                      help="leases a worker keeps in flight, claimed or waiting for validators "
+                                      "(back-pressure)"),
     held_out_every: int = typer.Option(None, "--held-out-every", min=1,
                                        help="versions between held-out evaluations (default 10; a real model: only "
                                        "the first and the last)"),

@@ -1,0 +1,93 @@
+"""A worker's lease lanes against a real anvil that mines a block every two seconds (an L2's cadence): claims made
+ahead share blocks instead of taking two each, one after the other; every lease's seed is drawn after its claim's
+block; submissions are mined while the caller goes on; and every claim and submission reaches the caller exactly
+once, failures included."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+from conftest import ETH, REPO, client_for
+from rollnet.node.chain.anvil import start_anvil
+from rollnet.node.chain.client import ChainClient
+from rollnet.node.chain.deploy import RegistryParams, deploy_market
+from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus
+from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.errors import ContractRevert
+from rollnet.node.keys import dev_account
+from rollnet.node.lease_lanes import Claimed, LeaseLanes
+from rollnet.node.p2p.identity import PeerIdentity
+from rollnet.node.spec import load_job_spec
+from rollnet.node.worker import claim_with_seed
+
+REQUESTER, WORKER, STRANGER = 0, 1, 9
+LEASES = 3
+
+
+def _claim(job: JobClient) -> Claimed:
+    timings: dict[str, float] = {}
+    lease = claim_with_seed(job, timings=timings)
+    return Claimed(lease, timings)
+
+
+def test_claims_and_submissions_share_blocks_and_each_reaches_the_caller_once() -> None:
+    anvil = start_anvil(extra_args=["--block-time", "2"])
+    try:
+        market = deploy_market(ChainClient(anvil.url, dev_account(REQUESTER)),
+                               RegistryParams(unbonding_period_seconds=3 * 86_400))
+        RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
+        requester = client_for(anvil, REQUESTER)
+        spec = load_job_spec(REPO / "examples" / "job.toml")
+        address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
+        JobClient(requester, address).publish_policy(1, b"\x11" * 32)
+        job = JobClient(client_for(anvil, WORKER), address)
+        nonce = job.client.w3.eth.get_transaction_count(job.client.address)
+
+        lanes: LeaseLanes[object] = LeaseLanes(partial(_claim, job), width=LEASES)
+        lanes.claim_ahead(LEASES)
+        lanes.claim_ahead(LEASES)  # already in flight: nothing more is claimed
+        assert lanes.claiming == LEASES
+        claimed = []
+        while len(claimed) < LEASES:
+            if (got := lanes.ready(timeout=30)) is not None:
+                claimed.append(got)
+        assert lanes.claiming == 0 and lanes.ready() is None
+        ids = sorted(c.lease.lease_id for c in claimed)
+        assert ids == list(range(1, LEASES + 1))  # three distinct leases, each handed out once
+        assert all(c.lease.seed_drawn and c.timings["claim_s"] > 0 for c in claimed)
+
+        claims = {e["args"]["leaseId"]: e["blockNumber"] for e in job.client.events(job.contract, "TaskClaimed", 0)}
+        seeds = {e["args"]["leaseId"]: e["blockNumber"] for e in job.client.events(job.contract, "SeedDrawn", 0)}
+        assert all(seeds[i] > claims[i] for i in ids)  # every seed from a block after its claim
+        # One after the other, three leases take at least six blocks (claim, then seed draw, each in its own block).
+        spanned = max(seeds.values()) - min(claims.values()) + 1
+        assert spanned < 2 * LEASES, (claims, seeds)
+
+        for lease_id in ids:
+            lanes.submit(lease_id, partial(job.submit, lease_id, bytes([lease_id]) * 32, 1))
+        with pytest.raises(ValueError, match="already being submitted"):
+            lanes.submit(ids[0], partial(job.submit, ids[0], b"\x01" * 32, 1))
+        lanes.submit(99, partial(job.submit, 99, b"\x63" * 32, 1))  # no such lease: refused by the contract
+        finished = {item.lease_id: item for item in lanes.finished(wait_all=True)}
+        assert sorted(finished) == [*ids, 99] and lanes.submitting == 0 and lanes.finished() == []
+        assert all(finished[i].error is None and finished[i].result["status"] == 1 for i in ids)
+        assert isinstance(finished[99].error, ContractRevert) and finished[99].result is None
+        submitted = {e["blockNumber"] for e in job.client.events(job.contract, "BatchSubmitted", 0)}
+        assert len(submitted) < LEASES and all(job.lease(i).status is LeaseStatus.VOTING for i in ids)
+        # Nine transactions from one key on three threads: no nonce was used twice or skipped, none reverted.
+        assert job.client.w3.eth.get_transaction_count(job.client.address) == nonce + 3 * LEASES
+        assert job.client.transactions == 3 * LEASES
+        lanes.close()
+
+        # A claim that fails (an unstaked stranger) raises once, to the caller, and is then gone.
+        stranger = LeaseLanes(partial(_claim, JobClient(client_for(anvil, STRANGER), address)), width=1)
+        stranger.claim_ahead(1)
+        with pytest.raises(ContractRevert, match="not an active, staked worker") as refused:
+            while stranger.ready(timeout=30) is None:
+                pass
+        assert refused.value.error_name == "NotActive"
+        assert stranger.claiming == 0 and stranger.ready() is None
+        stranger.close()
+    finally:
+        anvil.stop()
