@@ -9,8 +9,9 @@ and generation never waits for a receipt.
 
 Invariants:
 - nothing is claimed unasked: the caller says how many claims to keep in flight (`claim_ahead`);
-- every claim started here reaches the caller exactly once through `ready`, in claim order: its seeded
-  lease, or its failure raised;
+- every claim started here reaches the caller at most once, through `ready` (oldest started first: its
+  seeded lease, or its failure raised) or, seeded but not taken, through `close`; only claims still in
+  flight at `close` go unreported;
 - every submission started here reaches the caller exactly once through `finished`: its lease and either
   the receipt's result or the failure;
 - the background threads only send transactions and read the chain; they never touch the model.
@@ -72,6 +73,13 @@ class LeaseLanes(Generic[Result]):
         while len(self._claims) < wanted:
             self._claims.append(self._pool.submit(self._claim))
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the oldest claim to finish; whether `ready` now has something."""
+        if not self._claims:
+            return False
+        wait([self._claims[0]], timeout=timeout)
+        return self._claims[0].done()
+
     def ready(self, timeout: float = 0.0) -> Claimed | None:
         """The oldest claim, once seeded (waiting up to `timeout` seconds for it); None while it is in flight.
         A failed claim raises its error here, once."""
@@ -102,9 +110,12 @@ class LeaseLanes(Generic[Result]):
                 done.append(Finished(lease_id, None if error else future.result(), error))
         return done
 
-    def close(self) -> None:
-        """Stop starting work; claims not yet taken are abandoned (their leases expire on chain)."""
+    def close(self) -> list[Claimed]:
+        """Stop starting work. Returns the leases claimed and seeded but never taken, so the caller can say they
+        are abandoned (they expire on chain); claims still in flight are left to finish or fail unreported."""
+        abandoned = [f.result() for f in self._claims if f.done() and not f.cancelled() and f.exception() is None]
         for future in self._claims:
             future.cancel()
         self._claims.clear()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        return abandoned

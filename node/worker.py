@@ -80,6 +80,8 @@ class Tamper:
 
 HONEST = Tamper()
 IDLE_REVERTS = ("InsufficientEscrow", "JobClosed", "InsufficientActiveStake", "NotActive")
+# A submission refused because the lease is no longer this worker's to submit: too stale, expired, or returned.
+LOST_LEASE_REVERTS = ("StalePolicy", "LeaseExpired", "WrongStatus", "NotLeaseHolder")
 # Demonstration cheats by name; empty unless the devnet's cheater module registered them (see rollnet.devnet.cheats).
 TAMPERS: dict[str, Callable[[PreTrainedTokenizerFast], Tamper]] = {}
 log = logging.getLogger(__name__)
@@ -105,6 +107,9 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
                 timings.update(claim_s=claimed - started, seed_wait_s=time.perf_counter() - claimed)
             return drawn
         except (ContractRevert, ChainUnavailable) as exc:
+            if isinstance(exc, ContractRevert) and exc.error_name == "SeedAlreadyDrawn":
+                # Anyone may draw a lease's seed (it is the claim block's hash either way): someone did.
+                return job.client.through_outage(partial(job.lease, lease.lease_id))
             retry = isinstance(exc, ChainUnavailable) or exc.error_name == "RandomnessNotReady"
             if not retry or time.monotonic() > deadline:
                 raise
@@ -184,6 +189,7 @@ class WorkerLoop:
     _appealed: set[tuple[int, int]] = field(default_factory=set)
     _owed_maybe: bool = True  # something may be owed: check (and withdraw) at the next keeper pass
     _bound: int = 0  # leases a bounded `run` submits (0: unbounded)
+    _batch_s: float | None = None  # seconds a batch takes to generate, sign and store (a running mean)
 
     def __post_init__(self) -> None:
         self.keeper = Keeper(self.job, self.events, self.job.spec())
@@ -204,23 +210,29 @@ class WorkerLoop:
             self.rewards.note(entry)
 
     def step(self) -> bool:
-        """Keep claims in flight up to the room back-pressure leaves, then generate the oldest seeded lease's
-        batch and hand its submission to a background lane; returns False when it had to wait instead."""
+        """Keep claims in flight up to the room back-pressure and the lease window leave, then generate the
+        oldest seeded lease's batch and hand its submission to a background lane; returns False when it had to
+        wait instead."""
         self.follower.poll()
         self.sync()
         if time.monotonic() - self._keeper_at > self.keeper_every_s:
             self.keep()
         self._note_submissions()
         self._undecided = [i for i in self._undecided if self._waiting(i)]
-        self.lanes.claim_ahead(self.lanes.claiming + self._room())
         current = self.job.current_version()
         version = min(self.follower.latest, current)
         if current - version > self.job.spec().max_staleness:
             self.events.emit("waiting_for_policy", have=version, chain=current)
             self.follower.wait_for(current - self.job.spec().max_staleness, timeout=2.0)
-            return False
+            return False  # nothing new is claimed while no policy is fresh enough to work it
+        self.lanes.claim_ahead(self.lanes.claiming + self._room())
+        if not self.lanes.wait_ready(timeout=0.5):
+            return False  # back-pressure (no room for another batch), or the claims are not mined yet
+        # Everything generation needs is read before a lease is taken, so no outage drops a lease taken.
+        backend = self.policies.at(version)
+        policy_root = self.job.policy_root(version).hex()
         try:
-            claimed = self.lanes.ready(timeout=0.2)
+            claimed = self.lanes.ready()
         except ContractRevert as exc:
             if exc.error_name != "RandomnessExpired":
                 raise
@@ -228,23 +240,33 @@ class WorkerLoop:
             # stalled): the lease can only expire now, costing the expiry fee. Claim afresh.
             self.events.emit("lost_lease", reason=exc.error_name)
             return False
-        if claimed is None:
-            return False  # back-pressure (no room for another batch), or the claims are not mined yet
+        assert claimed is not None  # the oldest claim finished, and it did not fail
+        lease = claimed.lease
+        if self.book.now and self.book.now >= lease.deadline:
+            self.events.emit("lost_lease", lease=lease.lease_id, version=version, reason="LeaseExpired")
+            return False  # it waited too long (for a policy, or behind a slow batch): never work an expired lease
         timings = dict(claimed.timings)
         started = time.perf_counter()
-        done = prepare_batch(self.job, claimed.lease, self.account, self.task, self.policies.at(version), self.store,
-                             policy_version=version, policy_root=self.job.policy_root(version).hex(),
+        done = prepare_batch(self.job, lease, self.account, self.task, backend, self.store,
+                             policy_version=version, policy_root=policy_root,
                              delay_s=self.delay_s, tamper=self.tamper, timings=timings)
+        batch_s = time.perf_counter() - started
+        self._batch_s = batch_s if self._batch_s is None else 0.5 * (self._batch_s + batch_s)
         self.lanes.submit(done.lease_id, partial(self._send, done, version, timings, started))
         return True
 
     def _room(self) -> int:
-        """How many more leases this worker may claim now: the batches of all its leases in flight (claimed,
+        """How many more leases this worker may claim now. The batches of all its leases in flight (claimed,
         being submitted, waiting for their committees) fit within `max_undecided`, so a claimed lease is never
-        held back by back-pressure; a bounded run claims no more than it has left to submit."""
+        held back by back-pressure. Claimed leases not yet worked are no more than it generates in half a lease
+        window at its measured batch time (one until it has measured one), so none waits until it expires. A
+        bounded run claims no more than it has left to submit."""
         assert self.max_undecided is not None
         in_flight = self.lanes.claiming + self.lanes.submitting
         room = self.max_undecided - len(self._undecided) - in_flight
+        window = self.job.spec().lease_duration / 2
+        ahead = 1 if self._batch_s is None else max(1, int(window / max(self._batch_s, 1e-3)))
+        room = min(room, ahead - self.lanes.claiming)
         if self._bound:
             room = min(room, self._bound - self.submitted - in_flight)
         return max(0, room)
@@ -262,10 +284,10 @@ class WorkerLoop:
         try:
             self.job.submit(done.lease_id, done.root, version)
         except ContractRevert as exc:
-            if exc.error_name not in ("StalePolicy", "LeaseExpired"):
+            if exc.error_name not in LOST_LEASE_REVERTS:
                 raise
-            # Too slow for this lease: the policy aged past the bound or the lease ran out. It returns to the
-            # queue when it expires (costing the expiry fee); the work is lost, never paid.
+            # Too slow for this lease: the policy aged past the bound or the lease ran out (and a keeper, maybe
+            # this worker, returned it to the queue, costing the expiry fee); the work is lost, never paid.
             self.events.emit("lost_lease", lease=done.lease_id, version=version, reason=exc.error_name)
             return False
         timings["submit_s"] = time.perf_counter() - sent
@@ -282,6 +304,8 @@ class WorkerLoop:
         failure = None
         for item in self.lanes.finished(wait_all):
             if item.error is not None:
+                if failure is not None:
+                    log.warning("lease %d: submission failed too: %s", item.lease_id, item.error)
                 failure = failure or item.error
             elif item.result:
                 self.submitted += 1
@@ -339,7 +363,8 @@ class WorkerLoop:
                 self._note_submissions(wait_all=True)
             except RollnetError as exc:
                 log.warning("a last submission failed: %s", exc)
-            self.lanes.close()
+            for claimed in self.lanes.close():
+                self.events.emit("lost_lease", lease=claimed.lease.lease_id, reason="stopped")
 
     def _run(self, leases: int, stop: Callable[[], bool]) -> None:
         backoff = 0.2

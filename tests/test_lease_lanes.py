@@ -9,11 +9,12 @@ from functools import partial
 
 import pytest
 from conftest import ETH, REPO, client_for
-from rollnet.node.chain.anvil import start_anvil
+from rollnet.node.chain.anvil import AnvilProcess, start_anvil
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.deploy import RegistryParams, deploy_market
 from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.config import Deployment
 from rollnet.node.errors import ContractRevert
 from rollnet.node.keys import dev_account
 from rollnet.node.lease_lanes import Claimed, LeaseLanes
@@ -78,7 +79,11 @@ def test_claims_and_submissions_share_blocks_and_each_reaches_the_caller_once() 
         # Nine transactions from one key on three threads: no nonce was used twice or skipped, none reverted.
         assert job.client.w3.eth.get_transaction_count(job.client.address) == nonce + 3 * LEASES
         assert job.client.transactions == 3 * LEASES
-        lanes.close()
+        # A lease claimed and seeded but never taken is handed back when the lanes close, to be reported.
+        lanes.claim_ahead(1)
+        assert lanes.wait_ready(timeout=30)
+        (abandoned,) = lanes.close()
+        assert abandoned.lease.lease_id == LEASES + 1 and abandoned.lease.seed_drawn
 
         # A claim that fails (an unstaked stranger) raises once, to the caller, and is then gone.
         stranger = LeaseLanes(partial(_claim, JobClient(client_for(anvil, STRANGER), address)), width=1)
@@ -91,3 +96,17 @@ def test_claims_and_submissions_share_blocks_and_each_reaches_the_caller_once() 
         stranger.close()
     finally:
         anvil.stop()
+
+
+def test_a_seed_someone_else_drew_is_the_workers_seed(market: Deployment, anvil: AnvilProcess) -> None:
+    """Anyone may draw a lease's seed (it is the claim block's hash whoever sends it): a worker beaten to it takes
+    the drawn lease instead of failing."""
+    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
+    requester = client_for(anvil, REQUESTER)
+    spec = load_job_spec(REPO / "examples" / "job.toml")
+    address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
+    JobClient(requester, address).publish_policy(1, b"\x11" * 32)
+    stranger = JobClient(client_for(anvil, STRANGER), address)
+    lease = claim_with_seed(JobClient(client_for(anvil, WORKER), address),
+                            on_claim=lambda claimed: stranger.draw_seed(claimed.lease_id))
+    assert lease.seed_drawn and lease.seed == stranger.lease(lease.lease_id).seed

@@ -142,6 +142,7 @@ class ChainClient:
         self._fees_at = 0.0
         self._contracts: dict[tuple[str, str], Contract] = {}
         self._decoders: dict[tuple[str, tuple[str, ...]], EventDecoder] = {}
+        self._tally = threading.Lock()  # lanes send from several threads: counters are added to under it
         self.fees_paid_wei = 0  # what this client's mined transactions cost in gas, for net-gain accounting
         self.gas_used = 0  # gas of this client's mined transactions
         self.transactions = 0  # this client's mined transactions
@@ -246,9 +247,10 @@ class ChainClient:
                     self._nonces.resync()
                     raise
         receipt = self._receipt(signed.hash, signed.raw_transaction)
-        self.fees_paid_wei += receipt["gasUsed"] * receipt.get("effectiveGasPrice", 0)
-        self.gas_used += receipt["gasUsed"]
-        self.transactions += 1
+        with self._tally:
+            self.fees_paid_wei += receipt["gasUsed"] * receipt.get("effectiveGasPrice", 0)
+            self.gas_used += receipt["gasUsed"]
+            self.transactions += 1
         if receipt["status"] != 1:
             self._explain_failure(tx, receipt)
         return receipt
