@@ -32,16 +32,22 @@ def _claim(job: JobClient) -> Claimed:
     return Claimed(lease, timings)
 
 
+def _staffed_job(market: Deployment, anvil: AnvilProcess) -> str:
+    """The example job with version 1 published and one worker staked 10 ETH; its address."""
+    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
+    requester = client_for(anvil, REQUESTER)
+    spec = load_job_spec(REPO / "examples" / "job.toml")
+    address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
+    JobClient(requester, address).publish_policy(1, b"\x11" * 32)
+    return address
+
+
 def test_claims_and_submissions_share_blocks_and_each_reaches_the_caller_once() -> None:
     anvil = start_anvil(extra_args=["--block-time", "2"])
     try:
         market = deploy_market(ChainClient(anvil.url, dev_account(REQUESTER)),
                                RegistryParams(unbonding_period_seconds=3 * 86_400))
-        RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
-        requester = client_for(anvil, REQUESTER)
-        spec = load_job_spec(REPO / "examples" / "job.toml")
-        address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
-        JobClient(requester, address).publish_policy(1, b"\x11" * 32)
+        address = _staffed_job(market, anvil)
         job = JobClient(client_for(anvil, WORKER), address)
         nonce = job.client.w3.eth.get_transaction_count(job.client.address)
 
@@ -101,11 +107,7 @@ def test_claims_and_submissions_share_blocks_and_each_reaches_the_caller_once() 
 def test_a_seed_someone_else_drew_is_the_workers_seed(market: Deployment, anvil: AnvilProcess) -> None:
     """Anyone may draw a lease's seed (it is the claim block's hash whoever sends it): a worker beaten to it takes
     the drawn lease instead of failing."""
-    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
-    requester = client_for(anvil, REQUESTER)
-    spec = load_job_spec(REPO / "examples" / "job.toml")
-    address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
-    JobClient(requester, address).publish_policy(1, b"\x11" * 32)
+    address = _staffed_job(market, anvil)
     stranger = JobClient(client_for(anvil, STRANGER), address)
     lease = claim_with_seed(JobClient(client_for(anvil, WORKER), address),
                             on_claim=lambda claimed: stranger.draw_seed(claimed.lease_id))
