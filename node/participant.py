@@ -59,7 +59,9 @@ def register_trainer(registry: RegistryClient, identity: PeerIdentity) -> bool:
 
 def start_participant(registry: RegistryClient, job: JobClient, data_dir: Path, objects_dir: Path, *,
                       listen: str, advertise: str | None = None, bootstrap: list[str] | None = None,
-                      upload_rate: float | None = None) -> Participant:
+                      upload_rate: float | None = None, registry_peers: int = 64) -> Participant:
+    """Start this address's host (see the module's invariants) and dial `bootstrap` plus up to `registry_peers`
+    staked nodes the registry lists (0: none; a node that only serves may wait to be dialed)."""
     identity = load_or_create_identity(data_dir)
     require_registered_peer(registry, identity)
     trainer = job.spec().trainer
@@ -69,7 +71,8 @@ def start_participant(registry: RegistryClient, job: JobClient, data_dir: Path, 
         base = transport_addr(advertise or node.addr)
         registry.set_listen_addrs([base])
         node.connect(resolve_bootstrap(bootstrap or [])
-                     + registry_bootstrap_addrs(registry, exclude={node.peer_id}, also={trainer}))
+                     + registry_bootstrap_addrs(registry, exclude={node.peer_id}, also={trainer},
+                                                limit=registry_peers))
     except BaseException:
         node.stop()
         raise

@@ -138,8 +138,11 @@ def test_efficiency_benchmark_runs_the_three_arms(tmp_path: Path, model_home: Pa
 
 def test_scale_benchmark_settles_every_lease_and_reports_each_measure(tmp_path: Path) -> None:
     """One small row (4 workers, 3 validators) against the real contracts: every lease is settled and paid, each
-    measure the issue names is in the JSON, and every first round had its committee (numbers are not asserted)."""
-    report = run_bench("scale", tmp_path, extra=("--rows", "4x3", "--processes", "2"), timeout=600)
+    measure the issue names is in the JSON, and every first round had its committee (numbers are not asserted).
+    Two of the workers carry real rollouts: every member drawn for their leases fetched the batch over libp2p
+    and judged it with the model, and both were paid."""
+    report = run_bench("scale", tmp_path, extra=("--rows", "4x3", "--processes", "2", "--real-every", "2"),
+                       timeout=600)
     (row,) = report["rows"]
     assert (row["workers"], row["validators"], row["leases"], row["accepted_leases"]) == (4, 3, 4, 4)
     assert {"rpc_calls_per_lease", "gas_per_accepted_sample", "verifications_per_validator_per_lease"} <= set(row)
@@ -148,6 +151,11 @@ def test_scale_benchmark_settles_every_lease_and_reports_each_measure(tmp_path: 
     assert not any("reverted" in name for name in row["gas_per_accepted_sample_by_function"])  # keepers took turns
     assert row["verifications_per_lease"] >= 1 and row["admission_latency_s"]["median"] > 0
     assert set(row["rpc_calls_per_participant_per_s"]) == {"workers", "validators"}
+    real = row["real"]
+    assert (real["leases"], real["paid"], real["unpaid"]) == (2, 2, 0)
+    # with equal stakes every validator sits on every first round: 3 members judged each real batch, all accepted
+    assert (real["verdicts"], real["accepted_verdicts"], real["rejections"]) == (6, 6, [])
+    assert real["fetched_bytes_median"] > 10_000 and real["audited_rollouts_median"] >= 1
 
 
 @needs_real

@@ -354,6 +354,23 @@ def test_ctrl_c_stops_every_process_and_keeps_the_run_directory(tmp_path: Path, 
         assert (out / person / "events.jsonl").exists()
 
 
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroup scheduling")
+def test_a_worker_in_its_own_session_yields_the_cores_across_sessions_too() -> None:
+    """Each participant runs in its own session. Under autogroup scheduling a session's processes share one
+    group, and groups share the CPU equally whatever their members' nice values: a worker yields the cores to
+    the trainer and validators only once its session's group is niced too."""
+    import subprocess
+    import sys
+
+    from rollnet.devnet.network import WORKER_NICENESS, yield_cores
+
+    probe = "import os; print(os.nice(0)); print(open('/proc/self/autogroup').read().strip())"
+    out = subprocess.run([sys.executable, "-c", probe], start_new_session=True, capture_output=True, text=True,
+                         preexec_fn=lambda: yield_cores(WORKER_NICENESS), check=True, timeout=60)
+    nice, group = out.stdout.splitlines()
+    assert int(nice) == WORKER_NICENESS and group.endswith(f" nice {WORKER_NICENESS}")
+
+
 @pytest.mark.parametrize(("flags", "message"), [
     (["--model", "{tmp}/checkpoint"], "takes a folder `rollnet model init` built (the embedded model) or a preset"),
     (["--task", "gym:gcd:last-number"], "the embedded model is built for addition-2digit"),

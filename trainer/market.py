@@ -248,7 +248,8 @@ class MarketTrainer:
         rewards = [r for g in groups for r in self.trainer.rewards(g)]
         self.events.emit(
             "step", version=self.trainer.version, reward=sum(rewards) / max(1, len(rewards)), groups=len(groups),
-            groups_without_signal=report.groups_without_signal, samples=report.samples, loss=report.loss,
+            groups_without_signal=report.groups_without_signal, samples=report.samples,
+            consumed=sum(len(g.rollouts) for g in groups), loss=report.loss,
             max_ratio=report.max_ratio,
             clipped=report.clipped_fraction, staleness={str(g): n for g, n in Counter(report.staleness).items()},
             per_worker={w: {str(g): n for g, n in c.items()} for w, c in per_worker.items()},

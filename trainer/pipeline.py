@@ -1,14 +1,16 @@
 """The local asynchronous GRPO pipeline: generation and training in two processes, no chain and no p2p.
 
-A generator process samples rollouts of the embedded task (the seeded sampler and TOPLOC proofs, as a worker
-does) and a trainer process trains on them and sends each new bf16 policy back as safetensors bytes (as it would
+A generator process samples rollouts of a `LocalRecipe` (model folder, task, prompt format, batch, completion
+limit; by default the embedded model's devnet batch) with the seeded sampler and TOPLOC proofs, as a worker
+does, and a trainer process trains on them and sends each new bf16 policy back as safetensors bytes (as it would
 cross a network); one torch thread each. The generator may run up to `max_ahead` versions ahead of the newest
 policy it has received (0: synchronous, it waits for each). It is the market's baseline: what the same
 GRPO loop trains per second when nothing but the process boundary separates the roles (`bench/efficiency.py`,
 and the devnet's own efficiency).
 
 Invariants: both processes are bounded by counts (batches, steps), never by time; the trainer's clock starts
-at the first batch's arrival, so start-up is not counted; the result counts only samples trained on.
+at the first batch's arrival, so start-up is not counted; the result counts only samples trained on; both
+processes build their task and settings from the same recipe.
 """
 
 from __future__ import annotations
@@ -17,21 +19,58 @@ import multiprocessing
 import queue
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+from rollnet.node.model.pinned import EMBEDDED_TASK
+
+if TYPE_CHECKING:
+    from rollnet.node.tasks import Task
+    from rollnet.trainer.config import GRPOConfig
+    from transformers import PreTrainedTokenizerBase
 
 PROMPTS, GROUP = 32, 8
 
 
-def generator(folder: str, max_ahead: int, batches: int, rollouts_out: multiprocessing.Queue,
+class LocalRecipe(BaseModel):
+    """What the local arms run: a model folder, its task and prompt format, the batch and the trainer's
+    learning rate (default: the embedded model's devnet batch)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    folder: str
+    task: str = EMBEDDED_TASK
+    chat_template: bool = False
+    prompts: int = Field(PROMPTS, ge=1)
+    group: int = Field(GROUP, ge=2)
+    max_new_tokens: int = Field(6, ge=1)
+    lr: float = Field(1e-5, gt=0)
+
+    def task_for(self, tokenizer: PreTrainedTokenizerBase) -> Task:
+        from rollnet.node.tasks import load_task
+        from rollnet.node.tasks.templated import ChatTemplatedTask
+
+        task = load_task(self.task)
+        return ChatTemplatedTask(task, tokenizer) if self.chat_template else task
+
+    def config(self, max_staleness: int) -> GRPOConfig:
+        from rollnet.trainer.config import GRPOConfig
+
+        return GRPOConfig.make(max_staleness=max_staleness, prompts_per_step=self.prompts, group_size=self.group,
+                               max_new_tokens=self.max_new_tokens, lr=self.lr,
+                               optimizer_steps=min(4, self.prompts))
+
+
+def generator(recipe: LocalRecipe, max_ahead: int, batches: int, rollouts_out: multiprocessing.Queue,
               weights_in: multiprocessing.Queue) -> None:
     import safetensors.torch
     import torch
     from rollnet.node.model.loading import load_policy
     from rollnet.node.rollout.generate import generate
-    from rollnet.node.tasks import load_task
 
     torch.set_num_threads(1)
-    model, tokenizer = load_policy(Path(folder))
-    task = load_task("addition-2digit")
+    model, tokenizer = load_policy(Path(recipe.folder))
+    task = recipe.task_for(tokenizer)
     version, seed = 0, 0
 
     def load(message: tuple) -> int:
@@ -48,37 +87,34 @@ def generator(folder: str, max_ahead: int, batches: int, rollouts_out: multiproc
                 version = load(weights_in.get(block=sent - version > max_ahead))
             except queue.Empty:
                 break
-        rollouts = generate(model, tokenizer, task.examples(range(seed, seed + PROMPTS)), GROUP, max_new_tokens=6,
-                            policy_version=version)
-        seed += PROMPTS
+        rollouts = generate(model, tokenizer, task.examples(range(seed, seed + recipe.prompts)), recipe.group,
+                            max_new_tokens=recipe.max_new_tokens, policy_version=version)
+        seed += recipe.prompts
         rollouts_out.put(rollouts)
 
 
-def trainer(folder: str, max_staleness: int, steps: int, rollouts_in: multiprocessing.Queue,
+def trainer(recipe: LocalRecipe, max_staleness: int, steps: int, rollouts_in: multiprocessing.Queue,
             weights_out: multiprocessing.Queue, results: multiprocessing.Queue) -> None:
     import safetensors.torch
     import torch
     from rollnet.node.model.loading import load_policy
-    from rollnet.node.tasks import load_task
     from rollnet.trainer.buffer import RolloutBuffer
-    from rollnet.trainer.config import GRPOConfig
     from rollnet.trainer.trainer import Trainer, bf16_policy
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model, tokenizer = load_policy(Path(folder))
-    config = GRPOConfig.make(max_staleness=max_staleness, prompts_per_step=PROMPTS, group_size=GROUP)
-    grpo = Trainer(model, tokenizer, load_task("addition-2digit"), config)
-    buffer = RolloutBuffer(GROUP, max_staleness, model.config.vocab_size)
+    model, tokenizer = load_policy(Path(recipe.folder))
+    grpo = Trainer(model, tokenizer, recipe.task_for(tokenizer), recipe.config(max_staleness))
+    buffer = RolloutBuffer(recipe.group, max_staleness, model.config.vocab_size)
     trained, started, busy = 0, None, 0.0
     while grpo.version < steps:
         buffer.admit_all(rollouts_in.get())
         if started is None:
             started = time.perf_counter()  # both arms: clock from the first batch's arrival
-        if buffer.ready_groups < PROMPTS:
+        if buffer.ready_groups < recipe.prompts:
             continue
         began = time.perf_counter()
-        report = grpo.train_on(buffer.take(PROMPTS))
+        report = grpo.train_on(buffer.take(recipe.prompts))
         busy += time.perf_counter() - began
         trained += report.samples
         buffer.advance(grpo.version)
@@ -90,15 +126,16 @@ def trainer(folder: str, max_staleness: int, steps: int, rollouts_in: multiproce
                  "staleness": dict(sorted(counts.staleness.items())), "too_stale": counts.too_stale})
 
 
-def run_arm(folder: str, max_ahead: int, steps: int) -> dict:
-    """Train `steps` steps with the generator up to `max_ahead` versions ahead; the trainer's result. A process
-    that dies is an error at once, never a wait."""
+def run_arm(recipe: LocalRecipe | str, max_ahead: int, steps: int) -> dict:
+    """Train `steps` steps of `recipe` (or the default batch on a model folder) with the generator up to
+    `max_ahead` versions ahead; the trainer's result. A process that dies is an error at once, never a wait."""
+    recipe = recipe if isinstance(recipe, LocalRecipe) else LocalRecipe(folder=recipe)
     context = multiprocessing.get_context("spawn")
     rollouts, weights, results = context.Queue(), context.Queue(), context.Queue()
     batches = steps + max_ahead + 1
     processes = [
-        context.Process(target=generator, args=(folder, max_ahead, batches, rollouts, weights)),
-        context.Process(target=trainer, args=(folder, max(max_ahead, 0), steps, rollouts, weights, results)),
+        context.Process(target=generator, args=(recipe, max_ahead, batches, rollouts, weights)),
+        context.Process(target=trainer, args=(recipe, max(max_ahead, 0), steps, rollouts, weights, results)),
     ]
     for process in processes:
         process.start()

@@ -16,12 +16,15 @@ rejection says which check failed and why.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import logging
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from rollnet.node.chain.job import Lease
+from eth_account.signers.local import LocalAccount
+from rollnet.node.chain.job import ChainSpec, Lease
 from rollnet.node.model.identity import model_eos_token_ids
 from rollnet.node.p2p.objects import object_root
+from rollnet.node.recipe import Recipe
 from rollnet.node.rollout.submission import SubmissionError, parse_submission
 from rollnet.node.rollout.verify import (
     LOGPROB_TOLERANCE,
@@ -29,9 +32,12 @@ from rollnet.node.rollout.verify import (
     structural_problem,
     verify_rollouts,
 )
+from rollnet.node.sampling import sampled_indices
 from rollnet.node.tasks import Task
 from rollnet.node.worker import leased_instances
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+log = logging.getLogger(__name__)
 
 DATA_UNAVAILABLE = "rollout data unavailable within the deadline"
 POLICY_UNAVAILABLE = "the claimed policy version was unavailable within the deadline"
@@ -139,3 +145,30 @@ def check_submission(data: bytes | None, context: SubmissionContext, task: Task,
             return reject(f"task {rollout.task_seed} sample {rollout.sample}: {verdict.reason}"
                           + (f" (at {verdict.position})" if verdict.position is not None else ""))
     return Check(True, "ok")
+
+
+def judge_batch(data: bytes | None, context: SubmissionContext, task: Task, model: PreTrainedModel,
+                tokenizer: PreTrainedTokenizerFast, recipe: Recipe, audit: Collection[int] | None) -> Check:
+    """`check_submission` at the job's recipe (temperature, completion limit, EOS rule), with anything that still
+    breaks a check turned into a rejection naming the exception: the checks refuse malformed input by name, so
+    what remains is the batch's doing, and must cost a vote, never the validator."""
+    try:
+        return check_submission(data, context, task, model, tokenizer, temperature=recipe.temperature,
+                                max_new_tokens=recipe.max_new_tokens, stop_on_eos=recipe.stop_on_eos, audit=audit)
+    except (ValueError, OverflowError, IndexError, TypeError, KeyError) as exc:
+        log.warning("lease %d: the batch broke a check (%s: %s)", context.lease.lease_id, type(exc).__name__, exc)
+        return Check(False, f"the batch breaks the validator's checks ({type(exc).__name__})")
+
+
+def member_audit(spec: ChainSpec, job: str, lease_id: int, round_: int, member: LocalAccount,
+                 round_seed: Callable[[], bytes]) -> list[int] | None:
+    """The rollouts (lease order) `member` verifies with the model: its own sample in round 0 of a sampled job,
+    else all (None). `round_seed` reads the round-0 committee seed; a seed lost unstored (nobody can vote that
+    round) means every rollout."""
+    rollouts, samples = spec.rollouts_per_lease, spec.samples_checked
+    if round_ > 0 or samples >= rollouts:
+        return None
+    seed = round_seed()
+    if not any(seed):
+        return None
+    return sampled_indices(seed, job, lease_id, member, rollouts, samples)

@@ -44,15 +44,14 @@ from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, appeal_deadline, appeala
 from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.p2p.fetch import Fetcher
-from rollnet.node.sampling import sampled_indices
 from rollnet.node.tasks import Task
 from rollnet.node.verdicts import seal_verdict
 from rollnet.validator.checks import (
     POLICY_UNAVAILABLE,
-    Check,
     SubmissionContext,
-    check_submission,
     is_unavailability,
+    judge_batch,
+    member_audit,
 )
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
@@ -206,18 +205,10 @@ class ValidatorDaemon:
             if data is None and patient:
                 log.info("lease %d: data not available yet; retrying next round", pending.lease_id)
                 continue  # a busy or restarting worker gets half the vote window before "unavailable" counts
-            recipe = self.spec.recipe  # every rollout is checked against the chain's generation settings
             audit = self._audit(pending)
             verify_started = time.perf_counter()
-            try:
-                check = check_submission(data, context, self.task, model, tokenizer, temperature=recipe.temperature,
-                                         max_new_tokens=recipe.max_new_tokens, stop_on_eos=recipe.stop_on_eos,
-                                         audit=audit)
-            except (ValueError, OverflowError, IndexError, TypeError, KeyError) as exc:
-                # The checks refuse malformed input by name; anything that still breaks them is the batch's doing,
-                # and must cost a vote, never the daemon (which would re-judge it after a restart, forever).
-                log.warning("lease %d: the batch broke a check (%s: %s)", pending.lease_id, type(exc).__name__, exc)
-                check = Check(False, f"the batch breaks the validator's checks ({type(exc).__name__})")
+            # every rollout is checked against the chain's generation settings
+            check = judge_batch(data, context, self.task, model, tokenizer, self.spec.recipe, audit)
             self._record(pending, lease, check.accept, check.reason, audit,
                          timings={"fetch_s": round(fetch_s, 4),
                                   "verify_s": round(time.perf_counter() - verify_started, 4)})
@@ -230,15 +221,9 @@ class ValidatorDaemon:
         return pending.sampled_accept and pending.round > 0
 
     def _audit(self, pending: Pending) -> list[int] | None:
-        """The rollouts (lease order) this member verifies with the model: its own sample in round 0 of a
-        sampled job, else all (None)."""
-        rollouts, samples = self.spec.rollouts_per_lease, self.spec.samples_checked
-        if pending.round > 0 or samples >= rollouts:
-            return None
-        seed = self._retrying(self.job.round_seed, pending.lease_id, 0)
-        if not any(seed):
-            return None  # the round's randomness was lost unstored (nobody can vote it): verify everything
-        return sampled_indices(seed, self.job.address, pending.lease_id, self.account, rollouts, samples)
+        """The rollouts (lease order) this member verifies with the model (`member_audit`)."""
+        return member_audit(self.spec, self.job.address, pending.lease_id, pending.round, self.account,
+                            lambda: self._retrying(self.job.round_seed, pending.lease_id, 0))
 
     def _record(self, pending: Pending, lease: object, accept: bool, reason: str,
                 audit: list[int] | None = None, timings: dict[str, float] | None = None) -> None:

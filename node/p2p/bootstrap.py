@@ -4,7 +4,8 @@ Invariant: a registry-derived address always ends in /p2p/<the peer ID registere
 authenticates exactly the registered identity (Noise fails otherwise); nodes without active worker or
 validator stake (unless named in `also`, like the job's trainer) or without published listen addresses
 are skipped; only the listed transports are used, nothing is discovered on
-the local network (no mDNS).
+the local network (no mDNS). Its chain reads are bounded however many nodes ever registered: at most
+`CHECKED_PER_PEER` x `limit` registrations are looked at, the newest first (plus those in `also`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.errors import ConfigError
 from rollnet.node.p2p.identity import b58encode
 
+CHECKED_PER_PEER = 4  # registrations looked at per peer wanted: a market of thousands costs a fixed start-up
+
 
 def registry_bootstrap_addrs(registry: RegistryClient, *, from_block: int = 0, exclude: set[str] | None = None,
                              also: set[str] | None = None, limit: int = 64) -> list[str]:
-    """Dialable multiaddrs of staked nodes (and of the addresses in `also`) that published listen addresses."""
+    """Dialable multiaddrs of up to `limit` staked nodes (and of the addresses in `also`) that published listen
+    addresses, looking at the newest registrations first and at no more than `CHECKED_PER_PEER` x `limit`."""
+    if limit <= 0:
+        return []
     out: list[str] = []
     also = {a.lower() for a in also or ()}
-    for address in registry.registered_addresses(from_block):
+    registered = registry.registered_addresses(from_block)[::-1]
+    candidates = [a for a in registered if a.lower() in also] + [a for a in registered if a.lower() not in also]
+    for address in candidates[:len(also) + CHECKED_PER_PEER * limit]:
         info = registry.info(address)
         if not info.registered or not (address.lower() in also or registry.is_staked(address)):
             continue

@@ -33,7 +33,7 @@ from rollnet.node.keeper import Keeper
 from rollnet.node.model.loading import load_policy, preset_of
 from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_TASK, PRESETS
 from rollnet.trainer.export import export_version
-from rollnet.trainer.pipeline import GROUP, PROMPTS, run_arm
+from rollnet.trainer.pipeline import run_arm
 
 __all__ = ["Devnet", "DevnetConfig", "devnet", "finish_run", "run_devnet"]
 
@@ -119,7 +119,7 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
            "max_undecided": config.max_undecided, "group_size": config.group_size,
            "cheater": config.cheater, "max_staleness": config.max_staleness, "job": net.job,
            "rpc_url": net.anvil.url, "seconds": time.time() - net.started_at, "cores": os.cpu_count(),
-           "chain_cpu_s": net.anvil_cpu_seconds(), "orchestrator_cpu_s": time.process_time()}
+           "chain_cpu_s": net.anvil_cpu_seconds(), "orchestrator_cpu_s": time.process_time() - net.cpu_at_start}
     from rollnet.devnet.report import build_report
 
     try:
@@ -135,16 +135,15 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
 
 
 def efficiency_against_baseline(net: Devnet, report: dict, console: Console) -> dict:
-    """The run's efficiency: its trained samples/s over the local two-process pipeline's on the same model and
-    batch, measured now that the market's processes are stopped (`baseline_steps`; the embedded model's batch
-    only). Empty when not measured."""
+    """The run's efficiency: its trained samples/s over the local two-process pipeline's on the same model,
+    task and batch, measured now that the market's processes are stopped (`baseline_steps`). Empty when not
+    measured."""
     config = net.config
     market = report["throughput"]["trained_samples_per_s"]
-    same_batch = (config.prompts_per_step, config.group_size, config.max_new_tokens) == (PROMPTS, GROUP, 6)
-    if not config.baseline_steps or config.preset is not None or not same_batch or not market:
+    if not config.baseline_steps or not market:
         return {}
     console.print(f"baseline: the local two-process pipeline, {config.baseline_steps} steps of the same batch")
-    result = run_arm(str(net.model), config.max_staleness, config.baseline_steps)
+    result = run_arm(config.local_recipe(net.model), config.max_staleness, config.baseline_steps)
     local = result["samples_trained_on"] / result["seconds"]
     return {"baseline": {"arm": "async_local", "steps": config.baseline_steps, "samples_per_s": local},
             "efficiency": market / local}

@@ -96,13 +96,14 @@ def lease_latency(state: RunState) -> dict[str, float]:
 
 def trained_samples_per_s(state: RunState) -> float | None:
     """Samples trained per second from the trainer's first admission (its first data, as the local pipeline's
-    clock starts at its first batch) to its last step."""
+    clock starts at its first batch) to its last step. A sample counts once a step consumed its group, with or
+    without signal (a group whose rewards are all equal cost the pipeline as much), as the local arms count."""
     steps = state.trainer.of("step")
     admissions = [e["t"] for e in state.trainer.of("admission") if e.get("admitted")]
     if not steps or not admissions:
         return None
     seconds = steps[-1]["t"] - min(admissions)
-    return sum(s["samples"] for s in steps) / seconds if seconds > 0 else None
+    return sum(s.get("consumed", s["samples"]) for s in steps) / seconds if seconds > 0 else None
 
 
 def verification_fraction(state: RunState) -> float | None:

@@ -38,10 +38,22 @@ from rollnet.node.spec import JobSpecFile
 from rollnet.node.tasks import load_task
 from rollnet.node.units import WEI_PER_ETH as ETH
 from rollnet.trainer.local import HELD_OUT_PROMPTS
+from rollnet.trainer.pipeline import LocalRecipe
 
 REQUESTER, TRAINER, FIRST_NODE = 0, 1, 2
 WORKER_NICENESS = 10
 CHEAT_MODES = ("fabricate", "noise", "wrong-tokens", "inflate", "withhold")
+
+
+def yield_cores(niceness: int) -> None:
+    """Lower this process's CPU priority by `niceness`, also against other sessions. With the kernel's autogroup
+    scheduling each session is a group, and groups share the CPU equally whatever their members' nice values,
+    so a child in its own session is niced only once its session's group is (/proc/self/autogroup)."""
+    os.nice(niceness)
+    try:
+        Path("/proc/self/autogroup").write_text(str(niceness))
+    except OSError:
+        pass  # no autogroup scheduling here: the process's own nice value is what counts
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,19 @@ class DevnetConfig:
                               f"need a real model (--model {', '.join(PRESETS)})")
         load_task(self.task)  # an unknown task is a clear error before anything starts
 
+    def model_folder(self) -> Path:
+        """The base model's folder: the preset converted (once), the given folder, or the embedded build."""
+        models = resolve_data_dir(None) / "models"
+        if self.preset is not None:
+            return PRESET_BUILDERS[self.preset](models)
+        return self.model or build_default_model(models)
+
+    def local_recipe(self, folder: Path) -> LocalRecipe:
+        """The same model, task, prompt format, batch and learning rate for the local baselines."""
+        return LocalRecipe(folder=str(folder), task=self.task, chat_template=self.chat_template,
+                           prompts=self.prompts_per_step, group=self.group_size, max_new_tokens=self.max_new_tokens,
+                           lr=self.lr)
+
     @property
     def committee_size(self) -> int:
         """Expected first-round committee: every validator up to three (with equal stakes all of them sit, and
@@ -155,6 +180,7 @@ class Devnet:
     model: Path | None = None
     participants: dict[str, Participant] = field(default_factory=dict)
     started_at: float = 0.0
+    cpu_at_start: float = 0.0  # this (the orchestrator's) process's CPU seconds when the run started
 
     # ------------------------------------------------------------------ setting up
 
@@ -164,11 +190,8 @@ class Devnet:
         config.check()
         config.out.mkdir(parents=True, exist_ok=True)
         self.started_at = time.time()
-        models = resolve_data_dir(None) / "models"
-        if config.preset is not None:
-            self.model = PRESET_BUILDERS[config.preset](models)
-        else:
-            self.model = config.model or build_default_model(models)
+        self.cpu_at_start = time.process_time()  # a caller may have worked before (bench/efficiency.py's arms)
+        self.model = config.model_folder()
         block_time = ["--block-time", str(config.block_time_s)] if config.block_time_s else []
         self.anvil = start_anvil(log_path=config.out / "anvil.log",
                                  extra_args=["--dump-state", str(config.out / "anvil-state.json"), *block_time])
@@ -269,7 +292,7 @@ class Devnet:
             person.process = subprocess.Popen([sys.executable, "-m", person.module, *person.argv], stdout=log,
                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                               start_new_session=True,
-                                              preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+                                              preexec_fn=(lambda: yield_cores(niceness)) if niceness else None)
         person.starts += 1
         return person
 
