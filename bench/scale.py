@@ -230,7 +230,7 @@ class SimValidator(Participant):
     def __init__(self, *args: object, verify_s: float, data_dir: Path, real: set[str], model: SharedModel):
         super().__init__(*args)
         self.verify_s = verify_s
-        self.registry = RegistryClient(self.client, self.client.call(self.job.contract.functions.registry()))
+        self.registry = RegistryClient(self.client, self.job.registry_address())
         self.committees = CommitteeView(self.job, self.registry)
         self.unknown: list[tuple[int, int]] = []  # (lease, round) whose committee this validator has not asked about
         self.to_vote: dict[int, bool] = {}

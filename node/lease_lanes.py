@@ -64,6 +64,11 @@ class LeaseLanes(Generic[Result]):
         return len(self._claims)
 
     @property
+    def unfinished_claims(self) -> int:
+        """Claims still in flight (their claim or seed draw not yet mined)."""
+        return sum(not future.done() for future in self._claims)
+
+    @property
     def submitting(self) -> int:
         """Submissions started and not yet reported by `finished`."""
         return len(self._submissions)

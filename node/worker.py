@@ -33,6 +33,7 @@ from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import KEEPER_GRACE_S, AppealRewards, Keeper, appealable, current_outcome
@@ -156,6 +157,14 @@ def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, b
     return done
 
 
+def collateral_room(registry: RegistryClient, worker: str, slash_amount: int, unfinished_claims: int) -> int:
+    """How many more leases `worker`'s free stake can lock collateral for, less its claims still in flight.
+    Claims sent together are estimated without seeing each other, so one the stake cannot cover would be mined,
+    revert and cost its gas; a claim in flight may already be mined (its collateral locked), which only makes
+    this cautious until it finishes."""
+    return max(0, registry.info(worker).active // max(1, slash_amount) - unfinished_claims)
+
+
 def default_undecided(spec: ChainSpec) -> int:
     """How many leases a worker keeps in flight at once (claimed, being submitted, or waiting for their
     committees), by default: as many as the job's staleness budget (at least 1). The worker claims and
@@ -197,6 +206,7 @@ class WorkerLoop:
         if self.max_undecided is None:
             self.max_undecided = default_undecided(self.job.spec())
         self.book = LeaseBook(self.job, self.from_block, self.book_path, worker=self.account.address)
+        self.registry = RegistryClient(self.job.client, self.job.registry_address())
         self.lanes: LeaseLanes[bool] = LeaseLanes(self._claim_seeded, self.max_undecided)
 
     def sync(self) -> None:
@@ -260,7 +270,8 @@ class WorkerLoop:
         being submitted, waiting for their committees) fit within `max_undecided`, so a claimed lease is never
         held back by back-pressure. Claimed leases not yet worked are no more than it generates in half a lease
         window at its measured batch time (one until it has measured one), so none waits until it expires. A
-        bounded run claims no more than it has left to submit."""
+        bounded run claims no more than it has left to submit, and no claim goes out that its free stake, less
+        the claims in flight, cannot cover (`collateral_room`)."""
         assert self.max_undecided is not None
         in_flight = self.lanes.claiming + self.lanes.submitting
         room = self.max_undecided - len(self._undecided) - in_flight
@@ -269,6 +280,9 @@ class WorkerLoop:
         room = min(room, ahead - self.lanes.claiming)
         if self._bound:
             room = min(room, self._bound - self.submitted - in_flight)
+        if room > 0:  # one read, only when it would claim: never more claims than free stake covers
+            room = min(room, collateral_room(self.registry, self.account.address, self.job.spec().slash_amount,
+                                             self.lanes.unfinished_claims))
         return max(0, room)
 
     def _claim_seeded(self) -> Claimed:

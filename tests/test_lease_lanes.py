@@ -20,7 +20,7 @@ from rollnet.node.keys import dev_account
 from rollnet.node.lease_lanes import Claimed, LeaseLanes
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
-from rollnet.node.worker import claim_with_seed
+from rollnet.node.worker import claim_with_seed, collateral_room
 
 REQUESTER, WORKER, STRANGER = 0, 1, 9
 LEASES = 3
@@ -32,9 +32,9 @@ def _claim(job: JobClient) -> Claimed:
     return Claimed(lease, timings)
 
 
-def _staffed_job(market: Deployment, anvil: AnvilProcess) -> str:
-    """The example job with version 1 published and one worker staked 10 ETH; its address."""
-    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
+def _staffed_job(market: Deployment, anvil: AnvilProcess, stake: int = 10 * ETH) -> str:
+    """The example job with version 1 published and one worker staked `stake` (10 ETH); its address."""
+    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, stake)
     requester = client_for(anvil, REQUESTER)
     spec = load_job_spec(REPO / "examples" / "job.toml")
     address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
@@ -112,3 +112,44 @@ def test_a_seed_someone_else_drew_is_the_workers_seed(market: Deployment, anvil:
     lease = claim_with_seed(JobClient(client_for(anvil, WORKER), address),
                             on_claim=lambda claimed: stranger.draw_seed(claimed.lease_id))
     assert lease.seed_drawn and lease.seed == stranger.lease(lease.lease_id).seed
+
+
+def test_claims_sent_together_never_exceed_what_free_stake_covers() -> None:
+    """A worker's claims in flight are estimated without seeing each other, so a claim its free stake cannot
+    cover would be mined, revert and cost its gas. With stake for two leases' collateral and room for four, the
+    capped worker sends two claims, both mined; sent uncapped, the third reverts on chain and the worker pays for
+    nothing."""
+    anvil = start_anvil(extra_args=["--block-time", "2"])
+    try:
+        market = deploy_market(ChainClient(anvil.url, dev_account(REQUESTER)),
+                               RegistryParams(unbonding_period_seconds=3 * 86_400))
+        address = _staffed_job(market, anvil, stake=2 * ETH)
+        for index, capped in ((WORKER, True), (STRANGER, False)):
+            job = JobClient(client_for(anvil, index), address)
+            if index == STRANGER:  # staked the same, from another client so its join is not counted below
+                RegistryClient(client_for(anvil, STRANGER), market.registry).join(PeerIdentity.generate(),
+                                                                                  Role.WORKER, 2 * ETH)
+            registry = RegistryClient(job.client, job.registry_address())
+            slash = job.spec().slash_amount
+            lanes: LeaseLanes[object] = LeaseLanes(partial(_claim, job), width=4)
+            wanted = min(4, collateral_room(registry, job.client.address, slash, lanes.unfinished_claims)) \
+                if capped else 3
+            lanes.claim_ahead(wanted)
+            if capped:  # while they are in flight, nothing more is covered
+                assert collateral_room(registry, job.client.address, slash, lanes.unfinished_claims) == 0
+            outcomes = []
+            while lanes.claiming:
+                try:
+                    if (got := lanes.ready(timeout=30)) is not None:
+                        outcomes.append(got.lease.lease_id)
+                except ContractRevert as exc:
+                    outcomes.append(exc.error_name)
+            lanes.close()
+            failed = [o for o in outcomes if not isinstance(o, int)]
+            if capped:  # two claims and their two seed draws, all mined and all useful
+                assert wanted == 2 and len(outcomes) == 2 and failed == [] and job.client.transactions == 4
+                assert collateral_room(registry, job.client.address, slash, 0) == 0
+            else:  # the same four, and a fifth: the claim that reverted on chain, its gas paid for nothing
+                assert failed == ["InsufficientActiveStake"] and job.client.transactions == 5
+    finally:
+        anvil.stop()

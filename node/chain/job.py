@@ -190,6 +190,10 @@ class JobClient:
     def _call(self, name: str, *args: object) -> object:
         return self.client.call(getattr(self.contract.functions, name)(*args))
 
+    def registry_address(self) -> str:
+        """The node registry the job locks collateral and slashes in (fixed at creation)."""
+        return self._call("registry")
+
     def spec(self) -> ChainSpec:
         """The job's spec (read once: `initialize` fixes it for the job's life)."""
         if self._spec is None:
