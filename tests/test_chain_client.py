@@ -133,6 +133,30 @@ def test_receipt_wait_times_out_with_a_clear_error(anvil: AnvilProcess) -> None:
     assert sender.w3.eth.get_transaction_count(sender.address) == 1
 
 
+def test_a_send_lost_on_the_way_is_sent_again_and_leaves_no_nonce_gap(anvil: AnvilProcess,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send whose request times out may never have reached the node. Its nonce is spent locally, so if the node
+    never saw it, every later transaction would queue behind the gap: the client sends the same bytes again."""
+    import requests
+
+    sender = ChainClient(anvil.url, dev_account(8), receipt_timeout=5.0)
+    forward = sender.w3.eth.send_raw_transaction
+    lost: list[bytes] = []
+
+    def lose_the_first(raw: bytes) -> object:
+        if not lost:
+            lost.append(raw)
+            raise requests.Timeout("the request never arrived")
+        return forward(raw)
+
+    monkeypatch.setattr(sender.w3.eth, "send_raw_transaction", lose_the_first)
+    first = sender.transfer(dev_account(9).address, 1)
+    second = sender.transfer(dev_account(9).address, 1)
+    assert lost and first["status"] == 1 and second["status"] == 1
+    nonces = [sender.w3.eth.get_transaction(r["transactionHash"])["nonce"] for r in (first, second)]
+    assert nonces == [0, 1] and sender.w3.eth.get_transaction_count(sender.address) == 2
+
+
 def test_fees_come_from_the_nodes_fee_history() -> None:
     """The median priority fee recent blocks paid (empty blocks do not count), else the node's suggestion; the cap
     leaves room for the next block's base fee to double."""

@@ -239,14 +239,15 @@ class ChainClient:
             with self._nonces.lock:
                 tx = build({"nonce": self._nonces.take(), **fees})
                 signed = self.account.sign_transaction(tx)
+                delivered = True
                 try:
                     self._send_raw(signed.raw_transaction, resend=False)
                 except ChainUnavailable:
-                    pass  # the nonce is spent on these exact bytes: `_receipt` re-sends them until mined
+                    delivered = False  # the nonce is spent on these exact bytes: `_receipt` re-sends them until mined
                 except BaseException:
                     self._nonces.resync()
                     raise
-        receipt = self._receipt(signed.hash, signed.raw_transaction)
+        receipt = self._receipt(signed.hash, signed.raw_transaction, delivered)
         with self._tally:
             self.fees_paid_wei += receipt["gasUsed"] * receipt.get("effectiveGasPrice", 0)
             self.gas_used += receipt["gasUsed"]
@@ -264,12 +265,17 @@ class ChainClient:
                 if not resend or ("already" not in message.lower() and "nonce too low" not in message.lower()):
                     raise  # on a re-send, "already known"/"nonce too low" mean the first copy arrived
 
-    def _receipt(self, tx_hash: bytes, raw: bytes) -> TxReceipt:
-        """Wait for the receipt of a signed transaction, re-sending its bytes while the chain is away."""
+    def _receipt(self, tx_hash: bytes, raw: bytes, delivered: bool = True) -> TxReceipt:
+        """Wait for the receipt of a signed transaction, re-sending its bytes while the chain is away. A send that
+        failed (`delivered` False) may never have reached the node, and a nonce the node never saw is a gap every
+        later transaction would queue behind: the same bytes go again first (a second copy is harmless)."""
         outage_until = None
         while True:
             try:
                 with rpc_errors(self.rpc_url):
+                    if not delivered:
+                        self._send_raw(raw, resend=True)
+                        delivered = True
                     try:
                         return self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout)
                     except TimeExhausted:
