@@ -63,11 +63,11 @@ from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import make_console
 from rollnet.node.cli.job_cmd import base_model_root
-from rollnet.node.committee import CommitteeView
+from rollnet.node.committee import CommitteeView, drew_nobody
 from rollnet.node.config import resolve_data_dir
 from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import KEEPER_GRACE_S, Keeper
+from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, own_batch_appeal
 from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.model.builder import build_default_model
@@ -170,11 +170,30 @@ class SimWorker(Participant):
         self.mine: set[int] = set()
         self.owed_maybe = False
         self.lost = 0  # leases whose seed could not be drawn any more (over 256 blocks after the claim)
+        registry = RegistryClient(self.client, self.job.registry_address())
+        self.committees = CommitteeView(self.job, registry)
+        self.validators: list[str] | None = None  # listed when first needed (they are fixed at setup here)
+        self.appealed: set[tuple[int, int]] = set()
+
+    def drew_nobody(self, entry: LeaseEntry) -> bool:
+        if self.validators is None:
+            self.validators = self.committees.registry.validator_addresses(self.book.from_block)
+        return drew_nobody(self.committees, entry, entry.round, self.validators, self.book.head)
+
+    def appeal_empty_rounds(self) -> None:
+        """As `WorkerLoop` does: appeal its own batch's void round if nobody was drawn to it (own_batch_appeal)."""
+        for entry in self.book.open_leases():
+            if (entry.lease_id, entry.round) in self.appealed:
+                continue
+            if own_batch_appeal(self.job, entry, self.book.now, self.spec, self.drew_nobody) is not None:
+                self.appealed.add((entry.lease_id, entry.round))
+                self.job.appeal(entry.lease_id)
 
     def tick(self) -> None:
         update = self.book.poll()
         if any(entry.lease_id in self.mine for entry in update.finished):
             self.owed_maybe = True
+        self.appeal_empty_rounds()
         self.keep()
         if self.todo:
             try:
@@ -252,16 +271,21 @@ class SimValidator(Participant):
                 self.unknown.append((log["args"]["leaseId"], 0))
             elif log["event"] == "Appealed":
                 self.unknown.append((log["args"]["leaseId"], log["args"]["round"]))
+        retry = []
         for lease_id, round_ in self.unknown:
             entry = self.book.get(lease_id)
             if entry is not None and self.committees.weight(entry, round_, self.client.address, self.book.head):
                 if entry.worker.lower() in self.real:
-                    self.to_vote[lease_id] = self.judge_real(entry, round_)
+                    verdict = self.judge_real(entry, round_)
+                    if verdict is None:
+                        retry.append((lease_id, round_))  # its data is not here yet: patience, as the daemon's
+                        continue
+                    self.to_vote[lease_id] = verdict
                 else:
                     time.sleep(self.verify_s)  # the member's sampled verification, simulated by its duration
                     self.to_vote[lease_id] = True
                 self.verified += 1
-        self.unknown = []
+        self.unknown = retry
         votes = {i: accept for i, accept in self.to_vote.items() if (entry := self.book.get(i)) is not None
                  and entry.status is LeaseStatus.VOTING and entry.deadline >= self.book.now}
         if votes:
@@ -273,9 +297,10 @@ class SimValidator(Participant):
         if finished:
             self.keeper.collect(finished)
 
-    def judge_real(self, entry: LeaseEntry, round_: int) -> bool:
+    def judge_real(self, entry: LeaseEntry, round_: int) -> bool | None:
         """Fetch a real batch over libp2p from its worker's registered address and judge it as the daemon does:
-        the lease and the policy root as the chain has them, this member's own sample in round 0."""
+        the lease and the policy root as the chain has them, this member's own sample in round 0. None while the
+        data cannot be fetched and the first half of the vote window lasts (then it counts against the worker)."""
         if self.node is None:
             self.node = P2PNode(load_or_create_identity(self.data_dir), ObjectStore(self.data_dir / "objects"),
                                 gate=PeerGate(self.registry)).start()
@@ -289,6 +314,8 @@ class SimValidator(Participant):
         started = time.perf_counter()
         data = p2p_fetcher(self.node, self.registry)(lease.root, lease.worker)
         fetched = time.perf_counter()
+        if data is None and self.book.now < lease.deadline - self.spec.vote_window // 2:
+            return None
         real = self.model.get()
         with real.lock:
             check = judge_batch(data, context, real.task, real.model, real.tokenizer, real.recipe, audit)
@@ -596,6 +623,8 @@ def main() -> None:
     parser.add_argument("--real-every", type=int, default=REAL_EVERY,
                         help="one worker in this many (at least one) carries real rollouts over libp2p")
     args = parser.parse_args()
+    if args.real_every < 1:
+        parser.error("--real-every must be at least 1 (one worker in N carries real rollouts)")
     console = make_console()
     rows = [(10, 5), (40, 10)] if args.quick else [(10, 5), (100, 5), (100, 50), (1000, 5), (1000, 50)]
     if args.rows:

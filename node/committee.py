@@ -89,3 +89,10 @@ class CommitteeView:
             self._weights[key] = (self.registry.weight_at(member, start - 1),
                                   self.registry.total_weight_at(start - 1))
         return self._weights[key]
+
+
+def drew_nobody(view: CommitteeView, entry: LeaseEntry, round_: int, validators: list[str], head: int) -> bool:
+    """Whether no validator sits on the round's committee: a round nobody could vote in (the contract seats any
+    validator with weight, enlisted or not). False while the book has not seen the round start."""
+    weights = [view.weight(entry, round_, validator, head) for validator in validators]
+    return all(weight == 0 for weight in weights)

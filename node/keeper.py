@@ -99,6 +99,21 @@ def final_outcome(job: JobClient, lease: LeaseView, now: int, spec: ChainSpec) -
     return None
 
 
+def own_batch_appeal(job: JobClient, lease: LeaseEntry, now: int, spec: ChainSpec,
+                     drew_nobody: Callable[[LeaseEntry], bool]) -> Outcome | None:
+    """The outcome an honest worker appeals on its own batch, or None: a rejection; or a void round, if somebody
+    voted in it, or if nobody was drawn to (a larger committee is drawn afresh). A void round whose drawn members
+    stayed away is left: a larger committee of the same absent validators would only burn the bond."""
+    if not appealable(lease, now, spec):
+        return None
+    outcome = current_outcome(job, lease, now)
+    if outcome is Outcome.REJECT:
+        return outcome
+    if outcome is Outcome.VOID and (lease.voted(lease.round) or drew_nobody(lease)):
+        return outcome
+    return None
+
+
 def current_outcome(job: JobClient, lease: LeaseView, now: int) -> Outcome:
     """The lease's current round's outcome, counting a passed vote window as closed."""
     if lease.status is LeaseStatus.VOTING and now > lease.deadline:

@@ -15,9 +15,10 @@ for their committees (back-pressure: when validators fall behind, new batches wo
 queue), and claims only while its free stake covers another lease's collateral. It follows the chain through its lease
 book (`rollnet.node.lease_book`: only its own leases' events, a fixed number of requests per pass, however
 many leases are in flight), and does the keeper chores of its own leases (validators, who follow every lease,
-do everyone's in their turn); an honest worker appeals a rejection (or a void round) of its own batch while
-appeals remain, and once its appeals won, slashes the losing voters and claims its share of their stakes
-(`AppealRewards`). Every claim, submission, appeal and keeper action is one event in its log.
+do everyone's in their turn); an honest worker appeals a rejection of its own batch, or a void round in which
+somebody voted or nobody was drawn (`keeper.own_batch_appeal`), while appeals remain, and once its appeals won,
+slashes the losing voters and claims its share of their stakes (`AppealRewards`). Every claim, submission,
+appeal and keeper action is one event in its log.
 Keeper duties anyone may do (return expired leases to the queue, settle leases whose outcome is final)
 keep the market moving when a participant dies; a lost race for them is harmless.
 """
@@ -25,6 +26,7 @@ keep the market moving when a participant dies; a lost race for them is harmless
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,11 +34,12 @@ from functools import partial
 from pathlib import Path
 
 from eth_account.signers.local import LocalAccount
-from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
+from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.committee import CommitteeView, drew_nobody
 from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import KEEPER_GRACE_S, AppealRewards, Keeper, appealable, current_outcome
+from rollnet.node.keeper import KEEPER_GRACE_S, AppealRewards, Keeper, own_batch_appeal
 from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.lease_lanes import Claimed, LeaseLanes
 from rollnet.node.p2p.objects import ObjectStore, object_root
@@ -199,6 +202,8 @@ class WorkerLoop:
     _owed_maybe: bool = True  # something may be owed: check (and withdraw) at the next keeper pass
     _bound: int = 0  # leases a bounded `run` submits (0: unbounded)
     _batch_s: float | None = None  # seconds a batch takes to generate, sign and store (a running mean)
+    _validators: list[str] = field(default_factory=list)  # who may sit on committees (`_drew_nobody`)
+    _validators_at: float = -math.inf
 
     def __post_init__(self) -> None:
         self.keeper = Keeper(self.job, self.events, self.job.spec())
@@ -207,6 +212,7 @@ class WorkerLoop:
             self.max_undecided = default_undecided(self.job.spec())
         self.book = LeaseBook(self.job, self.from_block, self.book_path, worker=self.account.address)
         self.registry = RegistryClient(self.job.client, self.job.registry_address())
+        self.committees = CommitteeView(self.job, self.registry)
         self.lanes: LeaseLanes[bool] = LeaseLanes(self._claim_seeded, self.max_undecided)
 
     def sync(self) -> None:
@@ -281,9 +287,18 @@ class WorkerLoop:
         if self._bound:
             room = min(room, self._bound - self.submitted - in_flight)
         if room > 0:  # one read, only when it would claim: never more claims than free stake covers
-            room = min(room, collateral_room(self.registry, self.account.address, self.job.spec().slash_amount,
-                                             self.lanes.unfinished_claims))
+            covered = collateral_room(self.registry, self.account.address, self.job.spec().slash_amount,
+                                      self.lanes.unfinished_claims)
+            if covered == 0 and not (self.lanes.claiming or self.lanes.submitting or self._undecided):
+                self._idle("InsufficientActiveStake")  # nothing in flight will free collateral: say why it waits
+            room = min(room, covered)
         return max(0, room)
+
+    def _idle(self, reason: str) -> None:
+        """Note (once per reason in a row) that there is no work this worker can take now, and why."""
+        if reason != self._idle_reason:
+            self.events.emit("idle", reason=reason)
+        self._idle_reason = reason
 
     def _claim_seeded(self) -> Claimed:
         """(On a lane.) Claim a lease and draw its seed."""
@@ -351,13 +366,9 @@ class WorkerLoop:
         """An honest worker knows its batch is good: it appeals a rejection or a void round while it can."""
         if self.tamper is not HONEST or (lease.lease_id, lease.round) in self._appealed:
             return
-        if not appealable(lease, now, self.job.spec()):
+        outcome = own_batch_appeal(self.job, lease, now, self.job.spec(), self._drew_nobody)
+        if outcome is None:
             return
-        outcome = current_outcome(self.job, lease, now)
-        if outcome not in (Outcome.REJECT, Outcome.VOID):
-            return
-        if outcome is Outcome.VOID and not lease.voted(lease.round):
-            return  # nobody voted: a larger committee of the same absent validators would only burn the bond
         try:
             self.job.appeal(lease.lease_id)
         except ContractRevert as exc:
@@ -365,6 +376,14 @@ class WorkerLoop:
             return
         self._appealed.add((lease.lease_id, lease.round))
         self.events.emit("appeal", lease=lease.lease_id, round=lease.round + 1, against=outcome.name.lower())
+
+    def _drew_nobody(self, lease: LeaseEntry) -> bool:
+        """Whether no validator was drawn to the lease's current round (asked only of a void, unvoted round; the
+        registry's validators are listed again at most once a minute)."""
+        if time.monotonic() - self._validators_at > 60.0:
+            self._validators = self.registry.validator_addresses(self.from_block)
+            self._validators_at = time.monotonic()
+        return drew_nobody(self.committees, lease, lease.round, self._validators, self.book.head)
 
     def run(self, leases: int = 0, stop: Callable[[], bool] = lambda: False) -> None:
         """Work until `leases` are submitted (0: until `stop`), riding out chain outages; submissions in flight
@@ -397,8 +416,6 @@ class WorkerLoop:
                     raise
                 if leases and exc.error_name not in ("InsufficientActiveStake", "NotActive"):
                     return  # a bounded run ends when there is no more work
-                if exc.error_name != self._idle_reason:
-                    self.events.emit("idle", reason=exc.error_name)
-                self._idle_reason = exc.error_name
+                self._idle(exc.error_name)
                 self.keep()  # no new work now: keep serving, settling and collecting
                 time.sleep(1.0)

@@ -75,3 +75,54 @@ def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilPr
     worker.client.rpc("anvil_mine", [hex(BLOCKHASH_WINDOW + 2)])
     book.poll()
     assert _agree(worker, view, book, leases[3], 0) == 0
+
+
+def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(market: Deployment,
+                                                                             anvil: AnvilProcess) -> None:
+    """Committees are drawn by self-selection, so a round can seat nobody (here each of 6 equal validators sits
+    with probability 1/6). Nobody can vote there, and the round would lapse void and unpaid: the honest worker
+    appeals it (a larger committee is drawn afresh), while a round whose drawn members stayed away is left."""
+    from rollnet.node.chain.job import Outcome
+    from rollnet.node.committee import drew_nobody
+    from rollnet.node.keeper import own_batch_appeal
+
+    validators = range(2, 8)
+    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
+    for index in validators:
+        RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), Role.VALIDATOR,
+                                                                        10 * ETH)
+    requester = client_for(anvil, REQUESTER)
+    spec = load_job_spec(REPO / "examples" / "job.toml").model_copy(update={"committee_size": 1})
+    address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
+    JobClient(requester, address).publish_policy(1, b"\x11" * 32)
+    worker = JobClient(client_for(anvil, WORKER), address)
+    registry = RegistryClient(worker.client, market.registry)
+    view = CommitteeView(worker, registry)
+    book = LeaseBook(worker, market.deployed_at_block, worker=worker.client.address)
+    listed = registry.validator_addresses(market.deployed_at_block)
+    assert sorted(listed) == sorted(dev_account(i).address for i in validators)
+    empty = seated = None
+    for _ in range(30):  # P(a lease seats nobody) = (5/6)^6 = 0.33: 30 leases without one, about 1 in 160,000
+        lease_id = claim_with_seed(worker).lease_id
+        worker.submit(lease_id, b"\x22" * 32, 1)
+        book.poll()
+        entry = book.get(lease_id)
+        nobody = drew_nobody(view, entry, 0, listed, book.head)
+        assert nobody == all(worker.member_weight(lease_id, 0, v) == 0 for v in listed)  # the contract agrees
+        if nobody and empty is None:
+            empty = lease_id
+        elif not nobody and seated is None:
+            seated = lease_id
+        if empty and seated:
+            break
+    assert empty and seated
+    closed = max(worker.lease(empty).deadline, worker.lease(seated).deadline) + 1  # both vote windows over
+    advance_time(worker.client, closed - worker.client.now())
+    book.poll()
+    wanted = {lease_id: own_batch_appeal(worker, book.get(lease_id), book.now, worker.spec(),
+                                         lambda e: drew_nobody(view, e, e.round, listed, book.head))
+              for lease_id in (empty, seated)}
+    assert wanted == {empty: Outcome.VOID, seated: None}  # the absent members' round is not worth a bond
+    worker.appeal(empty)
+    book.poll()
+    assert book.get(empty).round == 1

@@ -362,12 +362,15 @@ def test_a_worker_in_its_own_session_yields_the_cores_across_sessions_too() -> N
     import subprocess
     import sys
 
-    from rollnet.devnet.network import WORKER_NICENESS, yield_cores
+    from rollnet.devnet.network import WORKER_NICENESS, nice_session
 
-    probe = "import os; print(os.nice(0)); print(open('/proc/self/autogroup').read().strip())"
-    out = subprocess.run([sys.executable, "-c", probe], start_new_session=True, capture_output=True, text=True,
-                         preexec_fn=lambda: yield_cores(WORKER_NICENESS), check=True, timeout=60)
-    nice, group = out.stdout.splitlines()
+    probe = ("import os, sys; sys.stdin.readline(); print(os.nice(0)); "
+             "print(open('/proc/self/autogroup').read().strip())")
+    child = subprocess.Popen([sys.executable, "-c", probe], start_new_session=True, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.nice(WORKER_NICENESS))
+    assert nice_session(child.pid, WORKER_NICENESS)
+    out, _ = child.communicate("go\n", timeout=60)
+    nice, group = out.splitlines()
     assert int(nice) == WORKER_NICENESS and group.endswith(f" nice {WORKER_NICENESS}")
 
 

@@ -367,28 +367,32 @@ def test_bootstrap_from_the_registry_dials_only_staked_identities(
     assert sorted(newcomer.connect(addrs)) == sorted(node.peer_id for node in staked)
 
 
-def test_bootstrap_looks_at_a_bounded_number_of_registrations_newest_first(
+def test_bootstrap_looks_at_a_bounded_number_of_staked_registrations(
     swarm: Swarm, market: Deployment, anvil: AnvilProcess
 ) -> None:
     """A node starting in a market of thousands reads a fixed number of registrations: at most CHECKED_PER_PEER
-    per peer it wants, the newest first; asking for none reads nothing."""
-    from rollnet.node.p2p.bootstrap import CHECKED_PER_PEER, registry_bootstrap_addrs, transport_addr
+    per peer it wants, only of nodes that joined with stake (registrations without stake cost only gas, and cannot
+    crowd the window), half of them the newest; a peer counts once however many addresses it lists; asking for
+    none reads nothing."""
+    from rollnet.node.p2p.bootstrap import ADDRS_PER_PEER, CHECKED_PER_PEER, registry_bootstrap_addrs, transport_addr
     from rollnet.node.p2p.identity import PeerIdentity
 
     nodes = [swarm.node(f"registered{i}") for i in range(3)]
     for index, node in enumerate(nodes):
         registry = RegistryClient(client_for(anvil, 12 + index), market.registry)
         registry.join(node.identity, Role.WORKER, ETH)
-        registry.set_listen_addrs([transport_addr(node.addr)])
-    for index in range(15, 15 + CHECKED_PER_PEER):  # newer registrations with no listen address
-        RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), Role.WORKER, ETH)
+        extra = [f"/ip4/127.0.0.1/tcp/{port}" for port in (1, 2, 3)] if index == 2 else []
+        registry.set_listen_addrs([transport_addr(node.addr), *extra])
+    for index in range(15, 15 + CHECKED_PER_PEER):  # newer, unstaked: they cost only gas
+        RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), Role.TRAINER, 0)
     reader = RegistryClient(client_for(anvil, 0), market.registry)
     calls = reader.client.requests
     before = calls["eth_call"]
-    assert registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=1) == []
-    assert calls["eth_call"] - before <= 3 * CHECKED_PER_PEER  # info, stake, addresses: of the newest 4 only
-    assert registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=2) == [
-        nodes[2].addr, nodes[1].addr]
+    found = registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=1)
+    assert calls["eth_call"] - before <= 3 * CHECKED_PER_PEER  # info, stake and addresses of at most 4 nodes
+    assert len(found) == ADDRS_PER_PEER and found[0] == nodes[2].addr  # the newest staked node, 2 of its 4
+    found = registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=3)
+    assert sorted(found[ADDRS_PER_PEER:]) == sorted(node.addr for node in nodes[:2])
     before = dict(calls)
     assert registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=0) == []
     assert dict(calls) == before

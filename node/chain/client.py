@@ -32,7 +32,7 @@ from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionTimeo
 from web3 import Web3
 from web3.contract import Contract
 from web3.contract.contract import ContractConstructor, ContractFunction
-from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
+from web3.exceptions import ContractLogicError, TimeExhausted, TransactionNotFound, Web3RPCError
 from web3.types import TxReceipt
 
 TIMEOUT_ENV = "ROLLNET_RPC_TIMEOUT"
@@ -272,10 +272,10 @@ class ChainClient:
         outage_until = None
         while True:
             try:
+                if not delivered:
+                    self._deliver_again(tx_hash, raw)
+                    delivered = True
                 with rpc_errors(self.rpc_url):
-                    if not delivered:
-                        self._send_raw(raw, resend=True)
-                        delivered = True
                     try:
                         return self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout)
                     except TimeExhausted:
@@ -290,6 +290,24 @@ class ChainClient:
                 time.sleep(0.5)
                 with contextlib.suppress(ChainUnavailable):
                     self._send_raw(raw, resend=True)
+
+    def _deliver_again(self, tx_hash: bytes, raw: bytes) -> None:
+        """Send a transaction's bytes again after its first send failed on the way. If the node refuses them (fees
+        moved on, funds) and does not know the transaction either, it will never be mined: its nonce is handed
+        out again and the refusal raised. Refused but known means the first copy arrived: wait for it."""
+        try:
+            self._send_raw(raw, resend=True)
+        except ChainUnavailable:
+            raise
+        except RollnetError as refusal:
+            try:
+                with rpc_errors(self.rpc_url):
+                    self.w3.eth.get_transaction(tx_hash)
+            except TransactionNotFound:
+                assert self._nonces is not None
+                with self._nonces.lock:
+                    self._nonces.resync()
+                raise refusal from None
 
     def deploy(self, name: str, *args: Any, value: int = 0) -> str:
         artifact = load_artifact(name)

@@ -107,10 +107,21 @@ class RegistryClient:
         raw = self.client.call(self.contract.functions.listenAddrs(address))
         return [line for line in bytes(raw).decode(errors="replace").split("\n") if line]
 
-    def registered_addresses(self, from_block: int = 0) -> list[str]:
-        """Every address that ever joined, in join order (from NodeJoined events)."""
+    def registered_addresses(self, from_block: int = 0, staked_only: bool = False) -> list[str]:
+        """Every address that ever joined, in join order (from NodeJoined events); with `staked_only`, those
+        that joined as a worker or validator with stake (what a join event says: no further reads)."""
         events = self.client.events(self.contract, "NodeJoined", from_block)
-        return list(dict.fromkeys(event["args"]["node"] for event in events))
+        return list(dict.fromkeys(
+            event["args"]["node"] for event in events
+            if not staked_only or (Role(event["args"]["roles"]) & (Role.WORKER | Role.VALIDATOR)
+                                   and event["args"]["stake"] > 0)))
+
+    def validator_addresses(self, from_block: int = 0) -> list[str]:
+        """Every address that joined as a validator, in join order (from NodeJoined events): who may sit on a
+        committee, stake permitting."""
+        events = self.client.events(self.contract, "NodeJoined", from_block)
+        return list(dict.fromkeys(event["args"]["node"] for event in events
+                                  if Role(event["args"]["roles"]) & Role.VALIDATOR))
 
     def totals(self) -> tuple[int, int, int]:
         """(active, locked, unbonding) over every node."""

@@ -5,11 +5,13 @@ authenticates exactly the registered identity (Noise fails otherwise); nodes wit
 validator stake (unless named in `also`, like the job's trainer) or without published listen addresses
 are skipped; only the listed transports are used, nothing is discovered on
 the local network (no mDNS). Its chain reads are bounded however many nodes ever registered: at most
-`CHECKED_PER_PEER` x `limit` registrations are looked at, the newest first (plus those in `also`).
+`CHECKED_PER_PEER` x `limit` registrations with stake are looked at (plus those in `also`), half the newest and
+half drawn from the rest, and a peer counts once however many addresses it lists.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 
@@ -18,30 +20,42 @@ from rollnet.node.errors import ConfigError
 from rollnet.node.p2p.identity import b58encode
 
 CHECKED_PER_PEER = 4  # registrations looked at per peer wanted: a market of thousands costs a fixed start-up
+ADDRS_PER_PEER = 2  # a peer's listen addresses dialed at most (a long list cannot fill the peers wanted)
 
 
 def registry_bootstrap_addrs(registry: RegistryClient, *, from_block: int = 0, exclude: set[str] | None = None,
-                             also: set[str] | None = None, limit: int = 64) -> list[str]:
-    """Dialable multiaddrs of up to `limit` staked nodes (and of the addresses in `also`) that published listen
-    addresses, looking at the newest registrations first and at no more than `CHECKED_PER_PEER` x `limit`."""
+                             also: set[str] | None = None, limit: int = 64,
+                             rng: random.Random | None = None) -> list[str]:
+    """Dialable multiaddrs of up to `limit` peers: the addresses in `also`, then staked nodes that published
+    listen addresses. It looks at no more than `CHECKED_PER_PEER` x `limit` registrations of nodes that joined
+    with stake: half the newest, half drawn at random from the older ones, so neither a burst of fresh
+    registrations nor an old majority decides whom a new node meets."""
     if limit <= 0:
         return []
-    out: list[str] = []
+    rng = rng or random.Random()
     also = {a.lower() for a in also or ()}
-    registered = registry.registered_addresses(from_block)[::-1]
-    candidates = [a for a in registered if a.lower() in also] + [a for a in registered if a.lower() not in also]
-    for address in candidates[:len(also) + CHECKED_PER_PEER * limit]:
+    staked = [a for a in registry.registered_addresses(from_block, staked_only=True)[::-1] if a.lower() not in also]
+    window = CHECKED_PER_PEER * limit
+    newest, older = staked[:window // 2], staked[window // 2:]
+    trusted = [a for a in registry.registered_addresses(from_block) if a.lower() in also] if also else []
+    candidates = trusted + newest + rng.sample(older, min(len(older), window - len(newest)))
+    out: list[str] = []
+    peers = 0
+    for address in candidates:
         info = registry.info(address)
         if not info.registered or not (address.lower() in also or registry.is_staked(address)):
             continue
         peer_id = b58encode(info.peer_id)
         if exclude and peer_id in exclude:
             continue
-        out += [f"{addr.rstrip('/')}/p2p/{peer_id}" for addr in registry.listen_addrs(address)
-                if addr.startswith("/") and "/p2p/" not in addr]
-        if len(out) >= limit:
+        addrs = [f"{addr.rstrip('/')}/p2p/{peer_id}" for addr in registry.listen_addrs(address)
+                 if addr.startswith("/") and "/p2p/" not in addr][:ADDRS_PER_PEER]
+        if addrs:
+            out += addrs
+            peers += 1
+        if peers >= limit:
             break
-    return out[:limit]
+    return out
 
 
 def transport_addr(multiaddr_with_peer: str) -> str:

@@ -45,15 +45,22 @@ WORKER_NICENESS = 10
 CHEAT_MODES = ("fabricate", "noise", "wrong-tokens", "inflate", "withhold")
 
 
-def yield_cores(niceness: int) -> None:
-    """Lower this process's CPU priority by `niceness`, also against other sessions. With the kernel's autogroup
-    scheduling each session is a group, and groups share the CPU equally whatever their members' nice values,
-    so a child in its own session is niced only once its session's group is (/proc/self/autogroup)."""
-    os.nice(niceness)
-    try:
-        Path("/proc/self/autogroup").write_text(str(niceness))
-    except OSError:
-        pass  # no autogroup scheduling here: the process's own nice value is what counts
+def nice_session(pid: int, niceness: int, tries: int = 10) -> bool:
+    """Lower the CPU priority of child `pid`'s session (it runs in its own) by `niceness`; whether it held.
+    With the kernel's autogroup scheduling each session is a group, and groups share the CPU equally whatever
+    their members' nice values, so a child's own nice value counts against other sessions only once its group's
+    is set too (/proc/PID/autogroup). Without CAP_SYS_ADMIN the kernel allows one such change per 100 ms, so a
+    refusal (EAGAIN) is retried; a kernel without autogroups needs nothing."""
+    path = Path(f"/proc/{pid}/autogroup")
+    for _ in range(tries):
+        try:
+            path.write_text(str(niceness))
+            return True
+        except BlockingIOError:
+            time.sleep(0.1)
+        except OSError:
+            return False
+    return False
 
 
 @dataclass(frozen=True)
@@ -292,7 +299,9 @@ class Devnet:
             person.process = subprocess.Popen([sys.executable, "-m", person.module, *person.argv], stdout=log,
                                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                               start_new_session=True,
-                                              preexec_fn=(lambda: yield_cores(niceness)) if niceness else None)
+                                              preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+        if niceness:
+            nice_session(person.process.pid, niceness)
         person.starts += 1
         return person
 
