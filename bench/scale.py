@@ -23,9 +23,10 @@ participants of a driver process share one copy of the model, one at a time.
 
 Each worker does `--leases` leases; the job has the shortest windows a spec allows (60 s to vote, 60 s to
 appeal), and the chain's clock runs by itself, so each lease is settled in its worker's keeper turn, and a
-round drawn too few members to decide early waits for its vote window, as it would in a live market. The row
-ends when every lease is settled and paid out. A trainer-side reader follows the same events and times each
-batch from its submission to its first decision.
+round drawn too few members to decide early waits for its vote window, as it would in a live market; a round
+that drew nobody is appealed by its worker once that window closes (`keeper.own_batch_appeal`, as `WorkerLoop`
+does). The row ends when every lease is settled and paid out. A trainer-side reader follows the same events and
+times each batch from its submission to its first decision.
 
 Measured per row: RPC requests per lease (all participants) and per participant per second, by role;
 transactions and gas per accepted sample (everything after setup, withdrawals included); verifications per
@@ -49,7 +50,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from eth_account import Account
@@ -259,6 +260,8 @@ class SimValidator(Participant):
         self.real = real  # the addresses of the workers whose batches are real (lower case)
         self.model = model
         self.node: P2PNode | None = None  # started on its first real fetch
+        self.real_lane = ThreadPoolExecutor(1)  # real batches are fetched and judged here, off the voting tick
+        self.judging: dict[tuple[int, int], Future] = {}
         self.real_verdicts: list[dict] = []
 
     def tick(self) -> None:
@@ -271,21 +274,25 @@ class SimValidator(Participant):
                 self.unknown.append((log["args"]["leaseId"], 0))
             elif log["event"] == "Appealed":
                 self.unknown.append((log["args"]["leaseId"], log["args"]["round"]))
-        retry = []
         for lease_id, round_ in self.unknown:
             entry = self.book.get(lease_id)
             if entry is not None and self.committees.weight(entry, round_, self.client.address, self.book.head):
-                if entry.worker.lower() in self.real:
-                    verdict = self.judge_real(entry, round_)
-                    if verdict is None:
-                        retry.append((lease_id, round_))  # its data is not here yet: patience, as the daemon's
-                        continue
-                    self.to_vote[lease_id] = verdict
-                else:
-                    time.sleep(self.verify_s)  # the member's sampled verification, simulated by its duration
-                    self.to_vote[lease_id] = True
+                if entry.worker.lower() in self.real:  # fetched and judged on its own lane, as a daemon's own machine
+                    self.judging[(lease_id, round_)] = self.real_lane.submit(self.judge_real, entry, round_)
+                    continue
+                time.sleep(self.verify_s)  # the member's sampled verification, simulated by its duration
+                self.to_vote[lease_id] = True
                 self.verified += 1
-        self.unknown = retry
+        self.unknown = []
+        for key, judged in list(self.judging.items()):
+            if judged.done():
+                del self.judging[key]
+                verdict = judged.result()
+                if verdict is None:
+                    self.unknown.append(key)  # its data is not here yet: patience, as the daemon's
+                else:
+                    self.to_vote[key[0]] = verdict
+                    self.verified += 1
         votes = {i: accept for i, accept in self.to_vote.items() if (entry := self.book.get(i)) is not None
                  and entry.status is LeaseStatus.VOTING and entry.deadline >= self.book.now}
         if votes:
@@ -326,6 +333,7 @@ class SimValidator(Participant):
         return check.accept
 
     def stop(self) -> None:
+        self.real_lane.shutdown(wait=True, cancel_futures=True)
         if self.node is not None:
             self.node.stop()
 
@@ -396,9 +404,11 @@ def drive(rpc_url: str, job: str, from_block: int, workers: list[int], validator
                             data_dir=Path(home) / f"p{i}", real=real_addresses, model=model) for i in validators]
     started = time.monotonic()
 
+    parent = os.getppid()
+
     def run(person: Participant) -> None:
         time.sleep(tick_s * random.random())  # participants start at random phases, as strangers would
-        while not stop.is_set():
+        while not stop.is_set() and os.getppid() == parent:  # a driver whose bench was killed stops too
             began = time.monotonic()
             person.polls += 1
             try:

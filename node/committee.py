@@ -16,6 +16,7 @@ member, asked of the block after the book's head (the round's start block's hash
 round drawn), and None while the book has not seen the round start. It asks the chain only for the registry's
 two weights at a round's start block, once per block however many leases started there (`memberWeight` asked
 of every lease made a market's membership calls grow as leases times validators: bench/scale.py, 1,000 x 50).
+`drew_nobody` is the same answer for every validator at once: a round nobody could vote in.
 """
 
 from __future__ import annotations

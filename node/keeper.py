@@ -1,5 +1,6 @@
 """Chores anyone may do on a job, shared by every role: return expired leases, settle leases whose outcome is
-final, slash the voters who voted against a final outcome, collect rewards and withdraw pay.
+final, slash the voters who voted against a final outcome, collect rewards and withdraw pay; and the one rule
+for when an honest worker appeals its own batch's round (`own_batch_appeal`).
 
 Every function takes a lease read from the chain (`Lease`) or as the events describe it (`LeaseEntry`, from
 the one lease follower, `rollnet.node.lease_book`): given an entry, nothing is read again from the chain
