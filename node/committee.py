@@ -93,7 +93,15 @@ class CommitteeView:
 
 
 def drew_nobody(view: CommitteeView, entry: LeaseEntry, round_: int, validators: list[str], head: int) -> bool:
-    """Whether no validator sits on the round's committee: a round nobody could vote in (the contract seats any
-    validator with weight, enlisted or not). False while the book has not seen the round start."""
-    weights = [view.weight(entry, round_, validator, head) for validator in validators]
-    return all(weight == 0 for weight in weights)
+    """Whether the round's draw seated no validator although validators with weight existed (a round nobody could
+    vote in; the contract seats any validator with weight, enlisted or not). False whenever that is not known:
+    the round's start not seen, no validators listed, no validator weight at all, or randomness never drawn and
+    now past the 256-block window (then the members drawn may simply have stayed away, and an appeal to a larger
+    committee of the same validators would only burn the bond)."""
+    start = entry.starts.get(round_)
+    if start is None or not validators:
+        return False
+    if round_ not in entry.seeds and head + 1 - start[0] > BLOCKHASH_WINDOW:
+        return False
+    total = entry.totals[round_] if round_ in entry.seeds else view.registry.total_weight_at(start[0] - 1)
+    return total > 0 and all(view.weight(entry, round_, validator, head) == 0 for validator in validators)

@@ -380,10 +380,16 @@ class WorkerLoop:
     def _drew_nobody(self, lease: LeaseEntry) -> bool:
         """Whether no validator was drawn to the lease's current round (asked only of a void, unvoted round; the
         registry's validators are listed again at most once a minute)."""
-        if time.monotonic() - self._validators_at > 60.0:
-            self._validators = self.registry.validator_addresses(self.from_block)
-            self._validators_at = time.monotonic()
-        return drew_nobody(self.committees, lease, lease.round, self._validators, self.book.head)
+        try:
+            if time.monotonic() - self._validators_at > 60.0:
+                self._validators = self.registry.validator_addresses(self.from_block)
+                self._validators_at = time.monotonic()
+            return drew_nobody(self.committees, lease, lease.round, self._validators, self.book.head)
+        except ChainUnavailable:
+            raise  # the loop rides out outages
+        except RollnetError as exc:  # an endpoint refusing the lookup costs this appeal, never the worker
+            log.warning("lease %d: could not tell whether its round drew anybody: %s", lease.lease_id, exc)
+            return False
 
     def run(self, leases: int = 0, stop: Callable[[], bool] = lambda: False) -> None:
         """Work until `leases` are submitted (0: until `stop`), riding out chain outages; submissions in flight

@@ -9,7 +9,7 @@ from rollnet.node.chain.anvil import AnvilProcess
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.job import FactoryClient, JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
-from rollnet.node.committee import BLOCKHASH_WINDOW, CommitteeView
+from rollnet.node.committee import BLOCKHASH_WINDOW, CommitteeView, drew_nobody
 from rollnet.node.config import Deployment
 from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook
@@ -75,6 +75,9 @@ def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilPr
     worker.client.rpc("anvil_mine", [hex(BLOCKHASH_WINDOW + 2)])
     book.poll()
     assert _agree(worker, view, book, leases[3], 0) == 0
+    # ...which is not an empty draw: the members may have stayed away, so it is no reason to appeal
+    validators = [dev_account(index).address for index in STAKES]
+    assert not drew_nobody(view, book.get(leases[3]), 0, validators, book.head)
 
 
 def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(market: Deployment,
@@ -83,7 +86,6 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
     with probability 1/6). Nobody can vote there, and the round would lapse void and unpaid: the honest worker
     appeals it (a larger committee is drawn afresh), while a round whose drawn members stayed away is left."""
     from rollnet.node.chain.job import Outcome
-    from rollnet.node.committee import drew_nobody
     from rollnet.node.keeper import own_batch_appeal
 
     validators = range(2, 8)
