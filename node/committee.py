@@ -14,9 +14,13 @@ The contract's rule (TrainingJob._committeeSeed and _memberWeight), with k the r
 Invariant: `CommitteeView.weight` is what `TrainingJob.memberWeight` answers for the same lease, round and
 member, asked of the block after the book's head (the round's start block's hash recoverable there, or the
 round drawn), and None while the book has not seen the round start. It asks the chain only for the registry's
-two weights at a round's start block, once per block however many leases started there (`memberWeight` asked
-of every lease made a market's membership calls grow as leases times validators: bench/scale.py, 1,000 x 50).
-`drew_nobody` is the same answer for every validator at once: a round nobody could vote in.
+two weights at a round's start block (one `weightsAt` call), once per block however many leases started there
+(`memberWeight` asked of every lease made a market's membership calls grow as leases times validators:
+bench/scale.py, 1,000 x 50).
+`drew_nobody` is the same answer for every validator at once: a round nobody could vote in. It reads every
+listed validator's weight at the round's start in one batched call (`weightsAtMany`), never a call per validator:
+a worker asking it once per empty round, on an endpoint a thousand workers share, cost about 100 reads at 50
+validators, and those reads stormed bench/scale.py's 1,000 x 50 row.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ class CommitteeView:
         self.job = job
         self.registry = registry
         self._sizes: dict[int, int | None] = {}
-        self._weights: dict[tuple[str, int], tuple[int, int]] = {}  # (member, start block) -> (w, W)
+        self._weights: dict[int, dict[str, int]] = {}  # start block -> {member (lower case): its weight}
+        self._totals: dict[int, int] = {}  # start block -> all validators' weight
 
     def weight(self, entry: LeaseEntry, round_: int, member: str, head: int) -> int | None:
         """`member`'s weight in the entry's round `round_` as the block after `head` sees it; None while no event
@@ -82,14 +87,30 @@ class CommitteeView:
         return self._sizes[round_]
 
     def _weights_at(self, member: str, start: int) -> tuple[int, int]:
-        """(member's weight, all validators' weight) at the end of block start-1, read once per start block."""
-        key = (member.lower(), start)
-        if key not in self._weights:
-            if len(self._weights) >= WEIGHT_CACHE_BLOCKS:
-                self._weights.pop(next(iter(self._weights)))
-            self._weights[key] = (self.registry.weight_at(member, start - 1),
-                                  self.registry.total_weight_at(start - 1))
-        return self._weights[key]
+        """(member's weight, all validators' weight) at the end of block start-1: one call for both, once per
+        member and start block."""
+        key = member.lower()
+        if key not in self._weights.get(start, {}):
+            own, total = self.registry.weights_at(member, start - 1)
+            self._remember(start, {key: own}, total)
+        return self._weights[start][key], self._totals[start]
+
+    def learn_weights(self, members: list[str], start: int) -> int:
+        """Read the weights of those `members` not known yet at a round start, all in one batched call
+        (`RegistryClient.weights_at_many`); returns all validators' weight there."""
+        missing = [member for member in members if member.lower() not in self._weights.get(start, {})]
+        if missing or start not in self._totals:
+            weights, total = self.registry.weights_at_many(missing, start - 1)
+            self._remember(start, {member.lower(): weight for member, weight in weights.items()}, total)
+        return self._totals[start]
+
+    def _remember(self, start: int, weights: dict[str, int], total: int) -> None:
+        if start not in self._weights and len(self._weights) >= WEIGHT_CACHE_BLOCKS:
+            oldest = next(iter(self._weights))
+            del self._weights[oldest]
+            self._totals.pop(oldest, None)
+        self._weights.setdefault(start, {}).update(weights)
+        self._totals[start] = total
 
 
 def drew_nobody(view: CommitteeView, entry: LeaseEntry, round_: int, validators: list[str], head: int) -> bool:
@@ -103,5 +124,6 @@ def drew_nobody(view: CommitteeView, entry: LeaseEntry, round_: int, validators:
         return False
     if round_ not in entry.seeds and head + 1 - start[0] > BLOCKHASH_WINDOW:
         return False
-    total = entry.totals[round_] if round_ in entry.seeds else view.registry.total_weight_at(start[0] - 1)
+    listed_total = view.learn_weights(validators, start[0])  # one batched read; the loop below reads nothing
+    total = entry.totals[round_] if round_ in entry.seeds else listed_total
     return total > 0 and all(view.weight(entry, round_, validator, head) == 0 for validator in validators)

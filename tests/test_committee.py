@@ -56,9 +56,9 @@ def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilPr
     view = CommitteeView(reader, RegistryClient(reader.client, market.registry))
     before = sum(reader.client.requests.values())
     seats = [_agree(worker, view, book, lease_id, 0) for lease_id in leases]
-    # The registry's weights: two calls per (member, start block), the committee size once, nothing per lease.
+    # The registry's weights: one call per (member, start block), the committee size once, nothing per lease.
     starts = {book.get(lease_id).starts[0][0] for lease_id in leases}
-    assert sum(reader.client.requests.values()) - before <= 2 * len(starts) * (1 + len(STAKES)) + 1
+    assert sum(reader.client.requests.values()) - before <= len(starts) * (1 + len(STAKES)) + 1
     assert max(seats) >= 2 and any(0 < s < len(STAKES) for s in seats)  # sampled committees, not everyone
 
     # Appeals: round 1 (committee 6 of 89 ETH, still sampled) and round 2 (final: every validator, by stake).
@@ -103,13 +103,22 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
     book = LeaseBook(worker, market.deployed_at_block, worker=worker.client.address)
     listed = registry.validator_addresses(market.deployed_at_block)
     assert sorted(listed) == sorted(dev_account(i).address for i in validators)
+    before = sum(worker.client.requests.values())
+    assert registry.validator_addresses(market.deployed_at_block) == listed  # listed again: only new blocks read
+    assert sum(worker.client.requests.values()) - before == 1  # the head only: no block mined since
     empty = seated = None
     for _ in range(30):  # P(a lease seats nobody) = (5/6)^6 = 0.33: 30 leases without one, about 1 in 160,000
         lease_id = claim_with_seed(worker).lease_id
         worker.submit(lease_id, b"\x22" * 32, 1)
         book.poll()
         entry = book.get(lease_id)
+        before = sum(worker.client.requests.values())
         nobody = drew_nobody(view, entry, 0, listed, book.head)
+        asked = sum(worker.client.requests.values()) - before
+        assert asked <= 2  # every validator's weight in one batched call (and the committee size, once)
+        before = sum(worker.client.requests.values())
+        assert drew_nobody(view, entry, 0, listed, book.head) == nobody
+        assert sum(worker.client.requests.values()) == before  # asked again: nothing read
         assert nobody == all(worker.member_weight(lease_id, 0, v) == 0 for v in listed)  # the contract agrees
         if nobody and empty is None:
             empty = lease_id

@@ -391,6 +391,10 @@ def test_bootstrap_looks_at_a_bounded_number_of_staked_registrations(
     found = registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=1)
     assert calls["eth_call"] - before <= 3 * CHECKED_PER_PEER  # info, stake and addresses of at most 4 nodes
     assert len(found) == ADDRS_PER_PEER and found[0] == nodes[2].addr  # the newest staked node, 2 of its 4
+    found = registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=1,
+                                     exclude={str(nodes[2].peer_id)})
+    assert found == [nodes[0].addr]  # the window's halves are taken in turn: after the newest comes the one
+    # drawn from the older half (here the only one there), not the second newest
     found = registry_bootstrap_addrs(reader, from_block=market.deployed_at_block, limit=3)
     assert sorted(found[ADDRS_PER_PEER:]) == sorted(node.addr for node in nodes[:2])
     before = dict(calls)
@@ -417,3 +421,28 @@ def test_a_registration_without_stake_passes_the_gate_only_for_the_jobs_trainer(
         impostor.fetch(root, [server.peer_id])
     assert server.stats.refused["object:stake not active"] >= 1
     assert not reader.is_staked(impostor_key.address) and reader.is_active(impostor_key.address, Role.TRAINER)
+
+
+def test_the_registry_join_reader_lists_again_from_where_it_stopped(market: Deployment, anvil: AnvilProcess) -> None:
+    """One reader of the registry's joins serves bootstrap, validator listings and staked filters: a later join
+    shows up in the next listing, which reads only the blocks mined since the last one; a later `from_block`
+    leaves out earlier joins without reading anything again."""
+    from rollnet.node.p2p.identity import PeerIdentity
+
+    reader = RegistryClient(client_for(anvil, 0), market.registry)
+    first = reader.joins(market.deployed_at_block)
+    RegistryClient(client_for(anvil, 18), market.registry).join(PeerIdentity.generate(), Role.VALIDATOR, 5 * ETH)
+    RegistryClient(client_for(anvil, 19), market.registry).join(PeerIdentity.generate(), Role.TRAINER, 0)
+    calls = reader.client.requests
+    before = dict(calls)
+    second = reader.joins(market.deployed_at_block)
+    assert calls["eth_getLogs"] - before.get("eth_getLogs", 0) == 1  # two new blocks: one range
+    assert second[:len(first)] == first
+    new = second[len(first):]
+    assert [(join.node, join.roles, join.stake) for join in new] == [
+        (dev_account(18).address, Role.VALIDATOR, 5 * ETH), (dev_account(19).address, Role.TRAINER, 0)]
+    assert dev_account(18).address in reader.validator_addresses(market.deployed_at_block)
+    staked = reader.registered_addresses(market.deployed_at_block, staked_only=True)
+    assert dev_account(18).address in staked and dev_account(19).address not in staked
+    later = reader.joins(new[1].block)
+    assert later == [new[1]]

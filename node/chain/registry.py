@@ -8,6 +8,7 @@ binding is exactly the one the contract verifies.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from enum import IntFlag
 
@@ -47,10 +48,30 @@ class NodeInfo:
         return self.roles != 0
 
 
+@dataclass(frozen=True)
+class Join:
+    """A registration as its NodeJoined event states it."""
+    node: str
+    roles: Role
+    stake: int
+    block: int
+
+    @property
+    def staked(self) -> bool:
+        return bool(self.roles & (Role.WORKER | Role.VALIDATOR)) and self.stake > 0
+
+
+WEIGHTS_PER_CALL = 256  # addresses per weightsAtMany call: a few million gas of view work, under any call cap
+
+
 class RegistryClient:
     def __init__(self, client: ChainClient, address: str):
         self.client = client
         self.contract = client.contract("NodeRegistry", address)
+        self._joins_lock = threading.Lock()
+        self._joins: dict[str, Join] = {}
+        self._joins_from: int | None = None
+        self._joins_read_to = -1
 
     def min_stake(self, role: Role) -> int:
         return self.client.call(self.contract.functions.minStakeFor(int(role)))
@@ -107,21 +128,31 @@ class RegistryClient:
         raw = self.client.call(self.contract.functions.listenAddrs(address))
         return [line for line in bytes(raw).decode(errors="replace").split("\n") if line]
 
+    def joins(self, from_block: int = 0) -> list[Join]:
+        """Every registration since `from_block`, in join order, one per address (its first NodeJoined event).
+        The one reader of the registry's joins: read in bounded ranges (`ChainClient.log_ranges`), and
+        incrementally, so listing again reads only the blocks the last listing did not."""
+        with self._joins_lock:
+            if self._joins_from is None or from_block < self._joins_from:
+                self._joins, self._joins_from, self._joins_read_to = {}, from_block, from_block - 1
+            head = self.client.block_number()
+            for _, logs in self.client.log_ranges(self.contract, ["NodeJoined"], self._joins_read_to + 1, head):
+                for log in logs:
+                    args = log["args"]
+                    self._joins.setdefault(args["node"], Join(args["node"], Role(args["roles"]), args["stake"],
+                                                              log["blockNumber"]))
+            self._joins_read_to = max(self._joins_read_to, head)
+            return [join for join in self._joins.values() if join.block >= from_block]
+
     def registered_addresses(self, from_block: int = 0, staked_only: bool = False) -> list[str]:
-        """Every address that ever joined, in join order (from NodeJoined events); with `staked_only`, those
-        that joined as a worker or validator with stake (what a join event says: no further reads)."""
-        events = self.client.events(self.contract, "NodeJoined", from_block)
-        return list(dict.fromkeys(
-            event["args"]["node"] for event in events
-            if not staked_only or (Role(event["args"]["roles"]) & (Role.WORKER | Role.VALIDATOR)
-                                   and event["args"]["stake"] > 0)))
+        """Every address that ever joined, in join order; with `staked_only`, those that joined as a worker or
+        validator with stake (what a join event says: no further reads)."""
+        return [join.node for join in self.joins(from_block) if not staked_only or join.staked]
 
     def validator_addresses(self, from_block: int = 0) -> list[str]:
-        """Every address that joined as a validator, in join order (from NodeJoined events): who may sit on a
-        committee, stake permitting."""
-        events = self.client.events(self.contract, "NodeJoined", from_block)
-        return list(dict.fromkeys(event["args"]["node"] for event in events
-                                  if Role(event["args"]["roles"]) & Role.VALIDATOR))
+        """Every address that joined as a validator, in join order: who may sit on a committee, stake
+        permitting."""
+        return [join.node for join in self.joins(from_block) if join.roles & Role.VALIDATOR]
 
     def totals(self) -> tuple[int, int, int]:
         """(active, locked, unbonding) over every node."""
@@ -130,6 +161,22 @@ class RegistryClient:
             self.client.call(self.contract.functions.totalLocked()),
             self.client.call(self.contract.functions.totalUnbonding()),
         )
+
+    def weights_at(self, address: str, block: int) -> tuple[int, int]:
+        """(`address`'s validator weight, all validators' weight) at the end of a past block, in one call."""
+        weight, total = self.client.call(self.contract.functions.weightsAt(address, block))
+        return weight, total
+
+    def weights_at_many(self, addresses: list[str], block: int) -> tuple[dict[str, int], int]:
+        """({address: validator weight}, all validators' weight) at the end of a past block: one call per
+        `WEIGHTS_PER_CALL` addresses, whatever the number of validators asked about."""
+        weights: dict[str, int] = {}
+        total = 0
+        for low in range(0, max(len(addresses), 1), WEIGHTS_PER_CALL):
+            chunk = addresses[low:low + WEIGHTS_PER_CALL]
+            values, total = self.client.call(self.contract.functions.weightsAtMany(chunk, block))
+            weights.update(zip(chunk, values, strict=True))
+        return weights, total
 
     def weight_at(self, address: str, block: int) -> int:
         """`address`'s validator weight at the end of a past block (0 if none)."""

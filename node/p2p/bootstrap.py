@@ -6,13 +6,15 @@ validator stake (unless named in `also`, like the job's trainer) or without publ
 are skipped; only the listed transports are used, nothing is discovered on
 the local network (no mDNS). Its chain reads are bounded however many nodes ever registered: at most
 `CHECKED_PER_PEER` x `limit` registrations with stake are looked at (plus those in `also`), half the newest and
-half drawn from the rest, and a peer counts once however many addresses it lists.
+half drawn from the rest, taken in turn (the peers found come from both halves), and a peer counts once however
+many addresses it lists.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from itertools import zip_longest
 from pathlib import Path
 
 from rollnet.node.chain.registry import RegistryClient
@@ -28,17 +30,19 @@ def registry_bootstrap_addrs(registry: RegistryClient, *, from_block: int = 0, e
                              rng: random.Random | None = None) -> list[str]:
     """Dialable multiaddrs of up to `limit` peers: the addresses in `also`, then staked nodes that published
     listen addresses. It looks at no more than `CHECKED_PER_PEER` x `limit` registrations of nodes that joined
-    with stake: half the newest, half drawn at random from the older ones, so neither a burst of fresh
-    registrations nor an old majority decides whom a new node meets."""
+    with stake: half the newest, half drawn at random from the older ones, taken in turn, so neither a burst of
+    fresh registrations nor an old majority decides whom a new node meets."""
     if limit <= 0:
         return []
     rng = rng or random.Random()
     also = {a.lower() for a in also or ()}
-    staked = [a for a in registry.registered_addresses(from_block, staked_only=True)[::-1] if a.lower() not in also]
+    joins = registry.joins(from_block)
+    staked = [join.node for join in joins[::-1] if join.staked and join.node.lower() not in also]
+    trusted = [join.node for join in joins if join.node.lower() in also]
     window = CHECKED_PER_PEER * limit
     newest, older = staked[:window // 2], staked[window // 2:]
-    trusted = [a for a in registry.registered_addresses(from_block) if a.lower() in also] if also else []
-    candidates = trusted + newest + rng.sample(older, min(len(older), window - len(newest)))
+    drawn = rng.sample(older, min(len(older), window - len(newest)))
+    candidates = trusted + [a for pair in zip_longest(newest, drawn) for a in pair if a is not None]
     out: list[str] = []
     peers = 0
     for address in candidates:
