@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,63 @@ def test_a_trained_version_exports_as_a_folder_transformers_loads_with_the_versi
     assert main(["--data-dir", str(model_home), "trainer", "run", "--dev-account", "1", "--prompts-per-step", "4",
                  "--run-dir", str(run), "--steps", "3"]) == 1
     assert f"is the run of trainer {DEV0}" in capsys.readouterr().err
+
+
+def test_background_persistence_writes_each_version_as_trained_and_reports_it_once_written(
+        policy: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The market trainer writes its state and delta on a background thread while the next step's forward passes
+    run. The next optimiser step waits for the write, so each saved state is the version it names (the write
+    here is slowed so that the next step overlaps it); a step's report comes back once its version is written,
+    and a restart from that state resumes exactly."""
+    config = GRPOConfig.make(prompts_per_step=8, optimizer_steps=2)
+    model, tokenizer = fresh(policy)
+    seeds = [[11 + 8 * b + i for i in range(8)] for b in range(3)]
+    inputs = [generate(model, tokenizer, [TASK.instance(s) for s in batch], 8, max_new_tokens=6, prove=False)
+              for batch in seeds]
+
+    def train(trainer: Trainer, rollouts: list) -> None:
+        buffer = RolloutBuffer(8, 4, model.config.vocab_size)
+        buffer.advance(trainer.version)
+        buffer.admit_all([dataclasses.replace(r, policy_version=trainer.version) for r in rollouts])
+        trainer.train_on(buffer.take(8))
+
+    straight = Trainer(copy.deepcopy(model), tokenizer, TASK, config)
+    expected = []
+    for rollouts in inputs:
+        train(straight, rollouts)
+        expected.append(copy.deepcopy(straight.model.state_dict()))
+
+    written: list[dict[str, torch.Tensor]] = []
+    real_save = torch.save
+
+    def slow_save(state: object, path: object, *args: object, **kwargs: object) -> None:
+        if isinstance(state, dict) and "optimizer" in state:
+            time.sleep(0.5)  # the next step's forward passes run meanwhile
+            written.append({name: tensor.clone() for name, tensor in state["model"].items()})
+        real_save(state, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", slow_save)
+    store = PolicyStore(tmp_path / "policies", trainer=SIGNER.address)
+    background = Trainer(copy.deepcopy(model), tokenizer, TASK, config, state_dir=tmp_path / "state", store=store,
+                         signer=SIGNER, persist_in_background=True)
+    assert background.persisted_reports(wait=True) == []  # version 0 was written before the constructor returned
+    train(background, inputs[0])
+    assert background.persisted_reports() == []  # still being written
+    train(background, inputs[1])
+    reports = background.close()
+    assert [r.version for r in reports] == [1, 2] and all(r.published and r.published.version == r.version
+                                                         for r in reports)
+    assert len(written) == 3  # version 0, 1 and 2
+    for version, state in enumerate(written[1:], start=1):
+        for name, tensor in state.items():
+            assert torch.equal(tensor, expected[version - 1][name]), (version, name)
+    monkeypatch.undo()
+    again = Trainer(copy.deepcopy(model), tokenizer, TASK, config, state_dir=tmp_path / "state",
+                    store=PolicyStore(tmp_path / "policies", trainer=SIGNER.address), signer=SIGNER,
+                    persist_in_background=True)
+    assert again.version == 2 and again.store.latest == 2
+    train(again, inputs[2])
+    (last,) = again.close()
+    assert last.version == 3 and sorted(again.store.roots) == [0, 1, 2, 3]
+    for name, tensor in again.model.state_dict().items():
+        assert torch.equal(tensor, expected[2][name]), name

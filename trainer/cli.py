@@ -126,7 +126,8 @@ def run(
                                                                                        chat_template)
     store = PolicyStore(folder / "policies", trainer=signer.address)
     record_run(folder, signer.address, model_files(policy, tokenizer), loaded_model_files_hash(policy, tokenizer))
-    trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer)
+    trainer = Trainer(policy, tokenizer, task_def, config, state_dir=folder / "state", store=store, signer=signer,
+                      persist_in_background=market_job is not None)  # the market's loop takes persisted steps
     if market_job is not None:
         market_run(cli, trainer, market_job, folder, listen, steps, held_out_every, advertise, addr_file,
                    held_out_prompts=held_out_prompts)
@@ -267,6 +268,8 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
         console.print(f"held-out greedy accuracy {base:.3f} -> {final:.3f} at version {trainer.version}; "
                       f"batches admitted {market.counts.admitted_batches}, refused {market.counts.refused_batches}")
     except KeyboardInterrupt:
+        trainer.close()  # the step being written, if any, is finished
         console.print(f"stopped at version {trainer.version}; state is saved in {folder}")
     finally:
+        trainer.close()
         node.stop()

@@ -36,7 +36,7 @@ from rollnet.node.verdicts import ChainCommittee, VerdictBook
 from rollnet.trainer.admission import admit_submission
 from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.local import HELD_OUT_PROMPTS, held_out_accuracy
-from rollnet.trainer.trainer import Trainer
+from rollnet.trainer.trainer import StepReport, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,16 @@ def chain_decision(job: JobClient, lease: Lease | LeaseEntry, now: int, spec: Ch
     None not final yet (an appealable decision can still be overturned)."""
     outcome = final_outcome(job, lease, now, spec)
     return None if outcome is None else outcome is Outcome.ACCEPT
+
+
+@dataclass
+class StepContext:
+    """What a step's event says besides the trainer's report, kept until its version is persisted."""
+    reward: float
+    groups: int
+    consumed: int
+    per_worker: dict[str, Counter]
+    trained_at: float
 
 
 @dataclass
@@ -104,6 +114,8 @@ class MarketTrainer:
         self._last_version_at = time.time()
         self._recent_announced = False
         self._finished: dict[int, LeaseEntry] = {}  # leases the lease book saw end, until admitted or refused
+        self._persisted_version = trainer.version  # the newest version whose state and delta are written
+        self._steps: dict[int, StepContext] = {}  # id(report) -> its context, until persisted
         node.policy_source = lambda start: [self._announcements[v] for v in sorted(self._announcements) if v >= start]
 
     def announce_recent(self) -> None:
@@ -119,8 +131,8 @@ class MarketTrainer:
     # ------------------------------------------------------------------ publishing
 
     def publish_current(self) -> None:
-        """Put the trainer's current version on chain (if missing) and announce it with its delta."""
-        version = self.trainer.version
+        """Put the trainer's newest persisted version on chain (if missing) and announce it with its delta."""
+        version = self._persisted_version
         if version == 0:
             return
         if self.job.current_version() < version:
@@ -242,43 +254,67 @@ class MarketTrainer:
             per_worker.setdefault(worker, Counter())[self.trainer.version - group.version] += len(group.rollouts)
         report = self.trainer.train_on(groups)
         self.buffer.advance(self.trainer.version)
-        started = time.perf_counter()
-        self.publish_current()
-        now = time.time()
         rewards = [r for g in groups for r in self.trainer.rewards(g)]
-        self.events.emit(
-            "step", version=self.trainer.version, reward=sum(rewards) / max(1, len(rewards)), groups=len(groups),
-            groups_without_signal=report.groups_without_signal, samples=report.samples,
-            consumed=sum(len(g.rollouts) for g in groups), loss=report.loss,
-            max_ratio=report.max_ratio,
-            clipped=report.clipped_fraction, staleness={str(g): n for g, n in Counter(report.staleness).items()},
-            per_worker={w: {str(g): n for g, n in c.items()} for w, c in per_worker.items()},
-            delta_bytes=report.published.delta_bytes if report.published else None,
-            changed_fraction=report.published.changed_fraction if report.published else None,
-            train_s=round(report.seconds, 4), publish_s=round(time.perf_counter() - started, 4),
-            interval_s=round(now - self._last_version_at, 4))
-        self._last_version_at = now
-        if self.trainer.version % self.held_out_every == 0:
-            self.held_out()
+        self._steps[id(report)] = StepContext(reward=sum(rewards) / max(1, len(rewards)), groups=len(groups),
+                                              consumed=sum(len(g.rollouts) for g in groups), per_worker=per_worker,
+                                              trained_at=time.perf_counter())
+        if self.trainer.persists_in_background:
+            self.finish_steps()
+        else:
+            self._finish_step(report)
         return True
 
+    def finish_steps(self, wait: bool = False) -> None:
+        """Publish and report the steps whose version the trainer has persisted (all of them with `wait`)."""
+        for report in self.trainer.persisted_reports(wait):
+            self._finish_step(report)
+
+    def _finish_step(self, report: StepReport) -> None:
+        """A persisted step: its event (publish_s: from the end of its training until its state and delta were
+        written), then its version on chain and announced."""
+        context = self._steps.pop(id(report))
+        self._persisted_version = max(self._persisted_version, report.version)
+        now = time.time()
+        self.events.emit(
+            "step", version=report.version, reward=context.reward, groups=context.groups,
+            groups_without_signal=report.groups_without_signal, samples=report.samples,
+            consumed=context.consumed, loss=report.loss,
+            max_ratio=report.max_ratio,
+            clipped=report.clipped_fraction, staleness={str(g): n for g, n in Counter(report.staleness).items()},
+            per_worker={w: {str(g): n for g, n in c.items()} for w, c in context.per_worker.items()},
+            delta_bytes=report.published.delta_bytes if report.published else None,
+            changed_fraction=report.published.changed_fraction if report.published else None,
+            train_s=round(report.seconds, 4), publish_s=round(time.perf_counter() - context.trained_at, 4),
+            interval_s=round(now - self._last_version_at, 4))
+        self._last_version_at = now
+        self.publish_current()  # a chain outage here is retried by the run loop, which publishes every pass
+        if report.version % self.held_out_every == 0:
+            self.held_out()
+
     def round(self) -> None:
-        """One pass: verdicts, new submissions, admission, maybe a training step, re-announcements."""
+        """One pass: verdicts, new submissions, admission, maybe a training step, steps persisted since,
+        re-announcements."""
         self.take_verdicts()
         self.follow_submissions()
         self.admit_ready()
         self.train_if_ready()
+        self.finish_steps()
         self.reannounce()
 
     def run(self, steps: int, poll_s: float = 0.2) -> None:
+        """Train until version `steps` exists, then see every version persisted and on chain."""
         backoff = poll_s
-        while self.trainer.version < steps:
+        while self.trainer.version < steps or self._persisted_version < self.trainer.version:
             try:
+                if self.trainer.version < steps:
+                    self.publish_current()
+                    self.announce_recent()
+                    self.round()
+                    time.sleep(poll_s)
+                else:
+                    self.finish_steps(wait=True)
                 self.publish_current()
-                self.announce_recent()
-                self.round()
                 backoff = poll_s
-                time.sleep(poll_s)
             except ChainUnavailable as exc:
                 log.warning("chain unavailable (%s); retrying in %.1f s", exc, backoff)
                 self.events.emit("chain_unavailable", wait_s=backoff)

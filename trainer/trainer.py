@@ -6,7 +6,11 @@ log-probs are recomputed without grad at the start of each optimisation step (on
 the rest of the batch is skipped and counted, and a batch with no applied update publishes nothing. Crash
 safety: the state (weights, optimiser, version) is written atomically *before* version v is published, and
 publishing is idempotent, so a restart resumes at the last saved version and publishes it only if it is
-missing: no version is published twice or skipped; it resumes only with the rollout settings it saved (task,
+missing: no version is published twice or skipped (with `persist_in_background`, the state is written and the
+version put in the store on a background thread while the next step's forward passes run: the next
+`optimizer.step()` waits for it, since it changes the tensors being written, and the step's report comes
+back from `persisted_reports` only once both are done, so whoever publishes versions on chain still publishes
+only persisted ones); it resumes only with the rollout settings it saved (task,
 prompt format, length, temperature), so no run trains on two of them. Memory: a minibatch's gradient is
 accumulated over micro-batches within the logit and token budgets (`node.rollout.microbatch`), each
 backpropagated before the next is built, with the whole minibatch's loss normaliser, so it equals the gradient
@@ -19,6 +23,8 @@ import copy
 import logging
 import math
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,7 +99,7 @@ class MinibatchTally:
 class Trainer:
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task, config: GRPOConfig, *,
                  state_dir: Path | None = None, store: PolicyStore | None = None,
-                 signer: LocalAccount | None = None):
+                 signer: LocalAccount | None = None, persist_in_background: bool = False):
         if store is not None and signer is None:
             raise ConfigError("publishing policy versions needs the trainer's signing key")
         self.model = model.float().train()
@@ -110,6 +116,9 @@ class Trainer:
         self.skipped_batches = 0
         self.groups_without_signal = 0
         self._published_tensors: dict[str, torch.Tensor] | None = None
+        self._persist_pool = ThreadPoolExecutor(1, thread_name_prefix="trainer-persist") \
+            if persist_in_background else None
+        self._persisting: deque[tuple[StepReport, Future[Published | None]]] = deque()
         if state_dir is not None and (state_dir / STATE_FILE).exists():
             self._load_state()
         else:
@@ -118,16 +127,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ state and publishing
 
-    def _save_state(self) -> None:
-        if self.state_dir is None:
-            return
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        state = {
+    def _state(self) -> dict:
+        """What a restart needs, as of now: the counters by value, the tensors by reference (left unchanged until
+        written: see `_wait_for_persisting`)."""
+        return {
             "version": self.version, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "skipped_batches": self.skipped_batches, "groups_without_signal": self.groups_without_signal,
             "config": self.config.model_dump(), "rollout_settings": self.rollout_settings(),
             "reference": self.reference.state_dict() if self.reference is not None else None,
         }
+
+    def _save_state(self, state: dict | None = None) -> None:
+        if self.state_dir is None:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        state = state if state is not None else self._state()
         tmp = self.state_dir / (STATE_FILE + ".tmp")
         torch.save(state, tmp)
         tmp.replace(self.state_dir / STATE_FILE)
@@ -167,7 +181,7 @@ class Trainer:
         self.groups_without_signal = int(state["groups_without_signal"])
         log.info("resumed trainer at version %d", self.version)
 
-    def _publish_if_missing(self) -> Published | None:
+    def _publish_if_missing(self, tensors: dict[str, torch.Tensor] | None = None) -> Published | None:
         if self.store is None:
             return None
         latest = self.store.latest
@@ -177,7 +191,7 @@ class Trainer:
         if latest == self.version:
             return None
         assert self.signer is not None
-        tensors = bf16_policy(self.model)
+        tensors = tensors if tensors is not None else bf16_policy(self.model)
         published = self.store.publish(self.version, tensors, self.signer, previous=self._published_tensors)
         self._published_tensors = tensors
         return published
@@ -211,11 +225,52 @@ class Trainer:
             self._optimise(samples, torch.tensor(advantages), report)
         if report.optimizer_steps:
             self.version += 1
-            self._save_state()
-            report.published = self._publish_if_missing()
             report.version = self.version
+            if self._persist_pool is None:
+                self._save_state()
+                report.published = self._publish_if_missing()
+            else:  # the bf16 copy now: the next step's updates must not reach this version's delta
+                tensors = bf16_policy(self.model) if self.store is not None else None
+                self._persisting.append((report, self._persist_pool.submit(self._persist, self._state(), tensors)))
+        if self._persist_pool is not None and not report.optimizer_steps:
+            done: Future[Published | None] = Future()
+            done.set_result(None)
+            self._persisting.append((report, done))  # reported in order, after the steps still being written
         report.seconds = time.perf_counter() - started
         return report
+
+    def _persist(self, state: dict, tensors: dict[str, torch.Tensor] | None) -> Published | None:
+        self._save_state(state)
+        return self._publish_if_missing(tensors)
+
+    @property
+    def persists_in_background(self) -> bool:
+        return self._persist_pool is not None
+
+    def persisted_reports(self, wait: bool = False) -> list[StepReport]:
+        """With `persist_in_background`: the reports of steps whose state is written and whose version is in the
+        store (`published` filled in), oldest first, each once; with `wait`, every pending step's. A failed
+        write raises here."""
+        ready = []
+        while self._persisting and (wait or self._persisting[0][1].done()):
+            report, pending = self._persisting[0]
+            report.published = pending.result()
+            self._persisting.popleft()
+            ready.append(report)
+        return ready
+
+    def _wait_for_persisting(self) -> None:
+        for _, pending in self._persisting:
+            pending.result()
+
+    def close(self) -> list[StepReport]:
+        """Finish writing (background persistence); returns the reports not taken yet."""
+        if self._persist_pool is None:
+            return []
+        try:
+            return self.persisted_reports(wait=True)
+        finally:
+            self._persist_pool.shutdown(wait=True)
 
     def _logprobs(self, model: PreTrainedModel, samples: list, with_entropy: bool = False) -> tuple:
         return completion_logprobs(model, [s.prompt_tokens for s in samples], [s.tokens for s in samples],
@@ -244,6 +299,7 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 self._skip(report, f"non-finite gradient norm ({float(norm)})")
                 return
+            self._wait_for_persisting()  # the last version's tensors are still being written
             self.optimizer.step()
             report.optimizer_steps += 1
             losses.append(stats.loss)
