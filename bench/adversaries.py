@@ -88,6 +88,7 @@ from rollnet.node.chain.deploy import RegistryParams, deploy_market
 from rollnet.node.chain.job import FactoryClient, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import make_console
+from rollnet.node.committee import CommitteeView
 from rollnet.node.config import resolve_data_dir
 from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.delta.store import PolicyStore
@@ -95,6 +96,7 @@ from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, current_outcome
 from rollnet.node.keys import dev_account
+from rollnet.node.lease_book import LeaseBook
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.builder import _batch, build_default_model
 from rollnet.node.model.loading import load_policy
@@ -108,7 +110,7 @@ from rollnet.node.rollout.generate import Rollout, generate
 from rollnet.node.sampling import catch_probability, expected_leases_until_caught
 from rollnet.node.spec import JobSpecFile
 from rollnet.node.tasks import load_task
-from rollnet.node.verdicts import ChainCommittee, VerdictBook, seal_verdict
+from rollnet.node.verdicts import BookCommittee, VerdictBook, seal_verdict
 from rollnet.node.worker import claim_with_seed, leased_instances, submission_bytes
 from rollnet.trainer.admission import admit_submission
 from rollnet.trainer.buffer import RolloutBuffer
@@ -885,10 +887,13 @@ def submit_cheats(market: Market, job: str, workers: dict[str, Party], swarm: Sw
 
 def trainer_admission(market: Market, job: str, judges: Judges, submitted: dict[str, tuple[int, bytes]],
                       workers: dict[str, Party], vocab_size: int, spec: JobSpecFile) -> tuple[VerdictBook, dict]:
-    """The trainer's verdict book (first committees' weights from the contract) and buffer, fed every verdict
-    plus one forged by a worker; which batches enter the buffer."""
+    """The trainer's verdict book (first committees' seats from its lease book and the registry's weights) and
+    buffer, fed every verdict plus one forged by a worker; which batches enter the buffer."""
     view = market.view(job)
-    book = VerdictBook(job, ChainCommittee(view, market.registry))
+    leases = LeaseBook(view, market.deployment.deployed_at_block)
+    leases.poll()
+    book = VerdictBook(job, BookCommittee(CommitteeView(view, market.registry, market.deployment.deployed_at_block),
+                                          leases))
     for data in judges.gossip:
         book.add(data)
     lease_id = submitted["inflated claimed rewards"][0]

@@ -172,14 +172,11 @@ class SimWorker(Participant):
         self.owed_maybe = False
         self.lost = 0  # leases whose seed could not be drawn any more (over 256 blocks after the claim)
         registry = RegistryClient(self.client, self.job.registry_address())
-        self.committees = CommitteeView(self.job, registry)
-        self.validators: list[str] | None = None  # listed when first needed (they are fixed at setup here)
+        self.committees = CommitteeView(self.job, registry, self.book.from_block)
         self.appealed: set[tuple[int, int]] = set()
 
     def drew_nobody(self, entry: LeaseEntry) -> bool:
-        if self.validators is None:
-            self.validators = self.committees.registry.validator_addresses(self.book.from_block)
-        return drew_nobody(self.committees, entry, entry.round, self.validators, self.book.head)
+        return drew_nobody(self.committees, entry, entry.round, self.book.head)
 
     def appeal_empty_rounds(self) -> None:
         """As `WorkerLoop` does: appeal its own batch's void round if nobody was drawn to it (own_batch_appeal)."""
@@ -251,7 +248,7 @@ class SimValidator(Participant):
         super().__init__(*args)
         self.verify_s = verify_s
         self.registry = RegistryClient(self.client, self.job.registry_address())
-        self.committees = CommitteeView(self.job, self.registry)
+        self.committees = CommitteeView(self.job, self.registry, self.book.from_block)
         self.unknown: list[tuple[int, int]] = []  # (lease, round) whose committee this validator has not asked about
         self.to_vote: dict[int, bool] = {}
         self.verified = 0

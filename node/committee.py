@@ -13,14 +13,11 @@ The contract's rule (TrainingJob._committeeSeed and _memberWeight), with k the r
 
 Invariant: `CommitteeView.weight` is what `TrainingJob.memberWeight` answers for the same lease, round and
 member, asked of the block after the book's head (the round's start block's hash recoverable there, or the
-round drawn), and None while the book has not seen the round start. It asks the chain only for the registry's
-two weights at a round's start block (one `weightsAt` call), once per block however many leases started there
-(`memberWeight` asked of every lease made a market's membership calls grow as leases times validators:
-bench/scale.py, 1,000 x 50).
-`drew_nobody` is the same answer for every validator at once: a round nobody could vote in. It reads every
-listed validator's weight at the round's start in one batched call (`weightsAtMany`), never a call per validator:
-a worker asking it once per empty round, on an endpoint a thousand workers share, cost about 100 reads at 50
-validators, and those reads stormed bench/scale.py's 1,000 x 50 row.
+round drawn), and None while the book has not seen the round start. The registry's weights come from its
+events (`rollnet.node.weight_history`), so membership costs no read per lease, round, start block or
+validator: `memberWeight` asked of every lease made a market's membership calls grow as leases times
+validators, and a read per start block still grew with the lease rate (bench/scale.py, 1,000 x 50).
+`drew_nobody` is the same answer for every validator with weight at once: a round nobody could vote in.
 """
 
 from __future__ import annotations
@@ -30,9 +27,9 @@ from eth_utils import keccak
 from rollnet.node.chain.job import JobClient
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.lease_book import LeaseEntry
+from rollnet.node.weight_history import WeightHistory
 
 BLOCKHASH_WINDOW = 256  # the EVM's BLOCKHASH answers only for the last 256 blocks
-WEIGHT_CACHE_BLOCKS = 4096  # start blocks whose registry weights are remembered
 
 
 def committee_seed(block_hash: bytes, job: str, lease_id: int, round_: int) -> bytes:
@@ -54,14 +51,14 @@ def member_weight(seed: bytes, total: int, weight: int, committee_size: int | No
 
 
 class CommitteeView:
-    """One account's committee seats in a job's rounds, from the lease book's entries."""
+    """One account's committee seats in a job's rounds, from the lease book's entries and the registry's weight
+    history (`WeightHistory`, followed from `from_block`: the registry's deployment block)."""
 
-    def __init__(self, job: JobClient, registry: RegistryClient):
+    def __init__(self, job: JobClient, registry: RegistryClient, from_block: int):
         self.job = job
         self.registry = registry
+        self.weights = WeightHistory(registry, from_block)
         self._sizes: dict[int, int | None] = {}
-        self._weights: dict[int, dict[str, int]] = {}  # start block -> {member (lower case): its weight}
-        self._totals: dict[int, int] = {}  # start block -> all validators' weight
 
     def weight(self, entry: LeaseEntry, round_: int, member: str, head: int) -> int | None:
         """`member`'s weight in the entry's round `round_` as the block after `head` sees it; None while no event
@@ -72,12 +69,12 @@ class CommitteeView:
         block, block_hash = start
         if round_ in entry.seeds:  # drawn: the stored seed and total are what the contract reads from now on
             seed, total = bytes.fromhex(entry.seeds[round_]), entry.totals[round_]
-            own = self._weights_at(member, block)[0]
         elif head + 1 - block > BLOCKHASH_WINDOW:
             return 0  # never drawn, and the next block cannot read the start block's hash: no committee
         else:
             seed = committee_seed(bytes.fromhex(block_hash), self.job.address, entry.lease_id, round_)
-            own, total = self._weights_at(member, block)
+            total = self.weights.total_at(block - 1)
+        own = self.weights.weight_at(member, block - 1)
         return member_weight(seed, total, own, self._committee_size(round_), entry.lease_id, round_, member,
                              entry.worker)
 
@@ -86,44 +83,19 @@ class CommitteeView:
             self._sizes[round_] = self.job.committee_size(round_)
         return self._sizes[round_]
 
-    def _weights_at(self, member: str, start: int) -> tuple[int, int]:
-        """(member's weight, all validators' weight) at the end of block start-1: one call for both, once per
-        member and start block."""
-        key = member.lower()
-        if key not in self._weights.get(start, {}):
-            own, total = self.registry.weights_at(member, start - 1)
-            self._remember(start, {key: own}, total)
-        return self._weights[start][key], self._totals[start]
 
-    def learn_weights(self, members: list[str], start: int) -> int:
-        """Read the weights of those `members` not known yet at a round start, all in one batched call
-        (`RegistryClient.weights_at_many`); returns all validators' weight there."""
-        missing = [member for member in members if member.lower() not in self._weights.get(start, {})]
-        if missing or start not in self._totals:
-            weights, total = self.registry.weights_at_many(missing, start - 1)
-            self._remember(start, {member.lower(): weight for member, weight in weights.items()}, total)
-        return self._totals[start]
-
-    def _remember(self, start: int, weights: dict[str, int], total: int) -> None:
-        if start not in self._weights and len(self._weights) >= WEIGHT_CACHE_BLOCKS:
-            oldest = next(iter(self._weights))
-            del self._weights[oldest]
-            self._totals.pop(oldest, None)
-        self._weights.setdefault(start, {}).update(weights)
-        self._totals[start] = total
-
-
-def drew_nobody(view: CommitteeView, entry: LeaseEntry, round_: int, validators: list[str], head: int) -> bool:
+def drew_nobody(view: CommitteeView, entry: LeaseEntry, round_: int, head: int) -> bool:
     """Whether the round's draw seated no validator although validators with weight existed (a round nobody could
     vote in; the contract seats any validator with weight, enlisted or not). False whenever that is not known:
-    the round's start not seen, no validators listed, no validator weight at all, or randomness never drawn and
-    now past the 256-block window (then the members drawn may simply have stayed away, and an appeal to a larger
-    committee of the same validators would only burn the bond)."""
+    the round's start not seen, no validator weight at all, or randomness never drawn and now past the 256-block
+    window (then the members drawn may simply have stayed away, and an appeal to a larger committee of the same
+    validators would only burn the bond)."""
     start = entry.starts.get(round_)
-    if start is None or not validators:
+    if start is None:
         return False
     if round_ not in entry.seeds and head + 1 - start[0] > BLOCKHASH_WINDOW:
         return False
-    listed_total = view.learn_weights(validators, start[0])  # one batched read; the loop below reads nothing
-    total = entry.totals[round_] if round_ in entry.seeds else listed_total
-    return total > 0 and all(view.weight(entry, round_, validator, head) == 0 for validator in validators)
+    weighted = view.weights.weighted_at(start[0] - 1)
+    total = entry.totals[round_] if round_ in entry.seeds else view.weights.total_at(start[0] - 1)
+    return total > 0 and bool(weighted) and all(view.weight(entry, round_, validator, head) == 0
+                                                for validator in weighted)

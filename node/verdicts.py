@@ -5,7 +5,9 @@ job J is accepted or rejected, and why, signed by V's Ethereum key, so anyone ca
 block confirms the votes. Invariant: `VerdictBook.admitted` is true only when (1) the validators who signed
 an accepting verdict for that exact job, lease and root hold, as members of the lease's first committee,
 more than half of that round's total validator weight (the rule by which the contract decides a round
-early, with weights the contract itself reports); (2) no member of that committee signed a rejection; and
+early, with the weights the contract computes: `BookCommittee` works them out as `TrainingJob.memberWeight`
+does, from the round's start block, as soon as the trainer's lease book has seen it); (2) no member of that
+committee signed a rejection; and
 (3) either those accepting members hold a majority of all validator stake by their own stake (no minority
 can), or the round's vote window has closed, so every drawn member had the whole window to object. A
 committee sampled from many validators can be won by a lucky minority; (3) keeps such a round from
@@ -21,8 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from eth_account.signers.local import LocalAccount
-from rollnet.node.chain.job import JobClient
-from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.committee import CommitteeView
+from rollnet.node.lease_book import LeaseBook
 from rollnet.node.p2p.envelopes import EnvelopeError, Verdict, open_envelope, seal
 
 MAX_REASON = 200
@@ -50,32 +52,29 @@ def seal_verdict(job: str, lease_id: int, root: bytes, accept: bool, reason: str
     return seal(body, account)
 
 
-class ChainCommittee:
-    """Seats on a lease's first committee and its vote window, from the contracts; cached once fixed."""
+class BookCommittee:
+    """Seats on a lease's first committee and its vote window, from a lease book that follows the job (the round's
+    start block and its hash, or its stored draw) and the registry's weight history (`CommitteeView`): the
+    contract's own rule, so a seat is known as soon as the round's start block is, without waiting for a first
+    vote to draw the committee on chain and without a read per lease or validator."""
 
-    def __init__(self, job: JobClient, registry: RegistryClient):
-        self.job = job
-        self.registry = registry
-        self.vote_window = job.spec().vote_window
-        self._seats: dict[tuple[int, str], Seat] = {}
-        self._closes: dict[int, int] = {}
+    def __init__(self, view: CommitteeView, book: LeaseBook):
+        self.view = view
+        self.book = book
 
     def seat(self, lease_id: int, validator: str) -> Seat:
-        key = (lease_id, validator.lower())
-        if key not in self._seats:
-            state = self.job.round(lease_id, 0)
-            if not state.drawn:
-                return Seat(0, 0, 0)  # fixed at the first vote on chain; not cached before
-            weight = self.job.member_weight(lease_id, 0, validator)
-            stake = self.registry.weight_at(validator, state.start_block - 1) if weight else 0
-            self._seats[key] = Seat(weight, stake, state.total_weight)
-        return self._seats[key]
+        entry = self.book.get(lease_id)
+        weight = self.view.weight(entry, 0, validator, self.book.head) if entry is not None else None
+        if entry is None or weight is None:
+            return Seat(0, 0, 0)  # not followed (or no longer open): the chain's outcome decides
+        start = entry.starts[0][0]
+        total = entry.totals[0] if 0 in entry.seeds else self.view.weights.total_at(start - 1)
+        stake = self.view.weights.weight_at(validator, start - 1) if weight else 0
+        return Seat(weight, stake, total)
 
     def vote_closed(self, lease_id: int) -> bool:
-        if lease_id not in self._closes:
-            start = self.job.round(lease_id, 0).start_block
-            self._closes[lease_id] = self.job.client.block_timestamp(start) + self.vote_window
-        return self.job.client.now() > self._closes[lease_id]
+        entry = self.book.get(lease_id)
+        return entry is not None and entry.round == 0 and self.book.now > entry.deadline
 
 
 class VerdictBook:

@@ -26,7 +26,6 @@ keep the market moving when a participant dies; a lost race for them is harmless
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,8 +201,6 @@ class WorkerLoop:
     _owed_maybe: bool = True  # something may be owed: check (and withdraw) at the next keeper pass
     _bound: int = 0  # leases a bounded `run` submits (0: unbounded)
     _batch_s: float | None = None  # seconds a batch takes to generate, sign and store (a running mean)
-    _validators: list[str] = field(default_factory=list)  # who may sit on committees (`_drew_nobody`)
-    _validators_at: float = -math.inf
 
     def __post_init__(self) -> None:
         self.keeper = Keeper(self.job, self.events, self.job.spec())
@@ -212,7 +209,7 @@ class WorkerLoop:
             self.max_undecided = default_undecided(self.job.spec())
         self.book = LeaseBook(self.job, self.from_block, self.book_path, worker=self.account.address)
         self.registry = RegistryClient(self.job.client, self.job.registry_address())
-        self.committees = CommitteeView(self.job, self.registry)
+        self.committees = CommitteeView(self.job, self.registry, self.from_block)
         self.lanes: LeaseLanes[bool] = LeaseLanes(self._claim_seeded, self.max_undecided)
 
     def sync(self) -> None:
@@ -378,13 +375,9 @@ class WorkerLoop:
         self.events.emit("appeal", lease=lease.lease_id, round=lease.round + 1, against=outcome.name.lower())
 
     def _drew_nobody(self, lease: LeaseEntry) -> bool:
-        """Whether no validator was drawn to the lease's current round (asked only of a void, unvoted round; the
-        registry's validators are listed again at most once a minute)."""
+        """Whether no validator was drawn to the lease's current round (asked only of a void, unvoted round)."""
         try:
-            if time.monotonic() - self._validators_at > 60.0:
-                self._validators = self.registry.validator_addresses(self.from_block)
-                self._validators_at = time.monotonic()
-            return drew_nobody(self.committees, lease, lease.round, self._validators, self.book.head)
+            return drew_nobody(self.committees, lease, lease.round, self.book.head)
         except ChainUnavailable:
             raise  # the loop rides out outages
         except RollnetError as exc:  # an endpoint refusing the lookup costs this appeal, never the worker

@@ -15,6 +15,7 @@ from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
+from rollnet.node.verdicts import BookCommittee
 from rollnet.node.worker import claim_with_seed
 
 REQUESTER, WORKER = 0, 1
@@ -53,13 +54,24 @@ def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilPr
     reader = JobClient(ChainClient(anvil.url), address)
     book = LeaseBook(reader, market.deployed_at_block)
     book.poll()
-    view = CommitteeView(reader, RegistryClient(reader.client, market.registry))
+    view = CommitteeView(reader, RegistryClient(reader.client, market.registry), market.deployed_at_block)
     before = sum(reader.client.requests.values())
     seats = [_agree(worker, view, book, lease_id, 0) for lease_id in leases]
-    # The registry's weights: one call per (member, start block), the committee size once, nothing per lease.
-    starts = {book.get(lease_id).starts[0][0] for lease_id in leases}
-    assert sum(reader.client.requests.values()) - before <= len(starts) * (1 + len(STAKES)) + 1
+    # The registry's weights from its events: the start check, the head and one eth_getLogs; the committee size
+    # once; nothing per lease, start block or validator.
+    assert sum(reader.client.requests.values()) - before <= 4
     assert max(seats) >= 2 and any(0 < s < len(STAKES) for s in seats)  # sampled committees, not everyone
+
+    # The trainer's verdict book seats members the same way, drawn on chain or not (half of these are not).
+    committee, registry = BookCommittee(view, book), view.registry
+    for lease_id in leases:
+        start = book.get(lease_id).starts[0][0]
+        for index in STAKES:
+            member = dev_account(index).address
+            seat = committee.seat(lease_id, member)
+            assert seat.weight == worker.member_weight(lease_id, 0, member)
+            assert seat.total == registry.total_weight_at(start - 1)
+            assert seat.stake == (registry.weight_at(member, start - 1) if seat.weight else 0)
 
     # Appeals: round 1 (committee 6 of 89 ETH, still sampled) and round 2 (final: every validator, by stake).
     appealed = leases[1]
@@ -76,8 +88,23 @@ def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilPr
     book.poll()
     assert _agree(worker, view, book, leases[3], 0) == 0
     # ...which is not an empty draw: the members may have stayed away, so it is no reason to appeal
-    validators = [dev_account(index).address for index in STAKES]
-    assert not drew_nobody(view, book.get(leases[3]), 0, validators, book.head)
+    assert not drew_nobody(view, book.get(leases[3]), 0, book.head)
+
+    # Weights change: one validator adds stake, one unbonds below the minimum (its weight drops to 0). Rounds that
+    # start afterwards see the new weights and earlier ones keep theirs, here as on chain.
+    RegistryClient(worker.client, market.registry).add_stake(10 * ETH)  # room for more leases
+    RegistryClient(client_for(anvil, 2), market.registry).add_stake(30 * ETH)
+    RegistryClient(client_for(anvil, 3), market.registry).request_unbond(5 * ETH)  # 6 - 5 = 1 < the 5 minimum
+    later = []
+    for _ in range(4):
+        lease_id = claim_with_seed(worker).lease_id
+        worker.submit(lease_id, b"\x22" * 32, 1)
+        later.append(lease_id)
+    book.poll()
+    for lease_id in [*leases[4:], *later]:
+        _agree(worker, view, book, lease_id, 0)
+    assert view.weights.weight_at(dev_account(3).address, book.head) == 0
+    assert view.weights.weight_at(dev_account(2).address, book.head) == 35 * ETH
 
 
 def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(market: Deployment,
@@ -99,13 +126,9 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
     JobClient(requester, address).publish_policy(1, b"\x11" * 32)
     worker = JobClient(client_for(anvil, WORKER), address)
     registry = RegistryClient(worker.client, market.registry)
-    view = CommitteeView(worker, registry)
+    view = CommitteeView(worker, registry, market.deployed_at_block)
     book = LeaseBook(worker, market.deployed_at_block, worker=worker.client.address)
-    listed = registry.validator_addresses(market.deployed_at_block)
-    assert sorted(listed) == sorted(dev_account(i).address for i in validators)
-    before = sum(worker.client.requests.values())
-    assert registry.validator_addresses(market.deployed_at_block) == listed  # listed again: only new blocks read
-    assert sum(worker.client.requests.values()) - before == 1  # the head only: no block mined since
+    listed = [dev_account(i).address for i in validators]
     empty = seated = None
     for _ in range(30):  # P(a lease seats nobody) = (5/6)^6 = 0.33: 30 leases without one, about 1 in 160,000
         lease_id = claim_with_seed(worker).lease_id
@@ -113,11 +136,10 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
         book.poll()
         entry = book.get(lease_id)
         before = sum(worker.client.requests.values())
-        nobody = drew_nobody(view, entry, 0, listed, book.head)
-        asked = sum(worker.client.requests.values()) - before
-        assert asked <= 2  # every validator's weight in one batched call (and the committee size, once)
+        nobody = drew_nobody(view, entry, 0, book.head)
+        assert sum(worker.client.requests.values()) - before <= 4  # new weight events (and, once, the size)
         before = sum(worker.client.requests.values())
-        assert drew_nobody(view, entry, 0, listed, book.head) == nobody
+        assert drew_nobody(view, entry, 0, book.head) == nobody
         assert sum(worker.client.requests.values()) == before  # asked again: nothing read
         assert nobody == all(worker.member_weight(lease_id, 0, v) == 0 for v in listed)  # the contract agrees
         if nobody and empty is None:
@@ -131,7 +153,7 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
     advance_time(worker.client, closed - worker.client.now())
     book.poll()
     wanted = {lease_id: own_batch_appeal(worker, book.get(lease_id), book.now, worker.spec(),
-                                         lambda e: drew_nobody(view, e, e.round, listed, book.head))
+                                         lambda e: drew_nobody(view, e, e.round, book.head))
               for lease_id in (empty, seated)}
     assert wanted == {empty: Outcome.VOID, seated: None}  # the absent members' round is not worth a bond
     worker.appeal(empty)

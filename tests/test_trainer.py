@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from rollnet.node.tasks import load_task
 from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.config import GRPOConfig
 from rollnet.trainer.local import LocalRun
-from rollnet.trainer.trainer import Trainer, bf16_policy
+from rollnet.trainer.trainer import StepReport, Trainer, bf16_policy
 
 TASK = load_task("addition-2digit")
 SIGNER = Account.from_key("0x" + "5a" * 32)
@@ -42,6 +43,14 @@ def fresh(policy: tuple) -> tuple:
 def rollout(seed: int, sample: int, version: int, tokens: list[int] | None = None) -> Rollout:
     tokens = tokens or [3, 4]
     return Rollout(seed, sample, [1, 2], tokens, [-0.5] * len(tokens), "", version, "")
+
+
+def train_batch(trainer: Trainer, rollouts: list, on_persisted: Callable | None = None) -> None:
+    """One step on a whole batch of groups, stamped with the trainer's current version."""
+    buffer = RolloutBuffer(8, 4, trainer.model.config.vocab_size)
+    buffer.advance(trainer.version)
+    buffer.admit_all([dataclasses.replace(r, policy_version=trainer.version) for r in rollouts])
+    trainer.train_on(buffer.take(8), on_persisted=on_persisted)
 
 
 def test_buffer_admits_within_the_staleness_budget_and_keeps_groups_whole() -> None:
@@ -95,21 +104,15 @@ def test_local_steps_publish_versions_and_resume_without_gaps_or_repeats(policy:
 
     inputs = batches(4)
 
-    def train(trainer: Trainer, rollouts: list) -> None:
-        buffer = RolloutBuffer(8, 4, model.config.vocab_size)
-        buffer.advance(trainer.version)
-        buffer.admit_all([dataclasses.replace(r, policy_version=trainer.version) for r in rollouts])
-        trainer.train_on(buffer.take(8))
-
     straight = Trainer(copy.deepcopy(model), tokenizer, TASK, config)
     for rollouts in inputs:
-        train(straight, rollouts)
+        train_batch(straight, rollouts)
 
     state, store_dir = tmp_path / "state", tmp_path / "policies"
     first = Trainer(copy.deepcopy(model), tokenizer, TASK, config, state_dir=state,
                     store=PolicyStore(store_dir, trainer=SIGNER.address), signer=SIGNER)
     for rollouts in inputs[:2]:
-        train(first, rollouts)
+        train_batch(first, rollouts)
     assert first.version == 2 and first.store.latest == 2
     del first  # killed: a new process starts from the saved state
     store = PolicyStore(store_dir, trainer=SIGNER.address)
@@ -117,7 +120,7 @@ def test_local_steps_publish_versions_and_resume_without_gaps_or_repeats(policy:
     second = Trainer(copy.deepcopy(model), tokenizer, TASK, config, state_dir=state, store=store, signer=SIGNER)
     assert second.version == 2 and sorted(store.roots) == published_before  # nothing republished
     for rollouts in inputs[2:]:
-        train(second, rollouts)
+        train_batch(second, rollouts)
     assert second.version == straight.version == 4 and sorted(store.roots) == [0, 1, 2, 3, 4]
     for (name, a), b in zip(second.model.state_dict().items(), straight.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name  # optimiser state came back exactly
@@ -273,16 +276,10 @@ def test_background_persistence_writes_each_version_as_trained_and_reports_it_on
     inputs = [generate(model, tokenizer, [TASK.instance(s) for s in batch], 8, max_new_tokens=6, prove=False)
               for batch in seeds]
 
-    def train(trainer: Trainer, rollouts: list) -> None:
-        buffer = RolloutBuffer(8, 4, model.config.vocab_size)
-        buffer.advance(trainer.version)
-        buffer.admit_all([dataclasses.replace(r, policy_version=trainer.version) for r in rollouts])
-        trainer.train_on(buffer.take(8))
-
     straight = Trainer(copy.deepcopy(model), tokenizer, TASK, config)
     expected = []
     for rollouts in inputs:
-        train(straight, rollouts)
+        train_batch(straight, rollouts)
         expected.append(copy.deepcopy(straight.model.state_dict()))
 
     written: list[dict[str, torch.Tensor]] = []
@@ -298,13 +295,17 @@ def test_background_persistence_writes_each_version_as_trained_and_reports_it_on
     store = PolicyStore(tmp_path / "policies", trainer=SIGNER.address)
     background = Trainer(copy.deepcopy(model), tokenizer, TASK, config, state_dir=tmp_path / "state", store=store,
                          signer=SIGNER, persist_in_background=True)
-    assert background.persisted_reports(wait=True) == []  # version 0 was written before the constructor returned
-    train(background, inputs[0])
-    assert background.persisted_reports() == []  # still being written
-    train(background, inputs[1])
-    reports = background.close()
-    assert [r.version for r in reports] == [1, 2] and all(r.published and r.published.version == r.version
-                                                         for r in reports)
+    persisted: list[tuple[int, int | None, bool]] = []  # (version, its published version, whether on disk then)
+
+    def on_persisted(report: StepReport) -> None:
+        published = report.published.version if report.published else None
+        persisted.append((report.version, published, len(written) == report.version + 1))
+
+    train_batch(background, inputs[0], on_persisted)
+    assert persisted == []  # still being written
+    train_batch(background, inputs[1], on_persisted)
+    background.close()
+    assert persisted == [(1, 1, True), (2, 2, True)]  # in order, each once its state and delta were written
     assert len(written) == 3  # version 0, 1 and 2
     for version, state in enumerate(written[1:], start=1):
         for name, tensor in state.items():
@@ -314,8 +315,8 @@ def test_background_persistence_writes_each_version_as_trained_and_reports_it_on
                     store=PolicyStore(tmp_path / "policies", trainer=SIGNER.address), signer=SIGNER,
                     persist_in_background=True)
     assert again.version == 2 and again.store.latest == 2
-    train(again, inputs[2])
-    (last,) = again.close()
-    assert last.version == 3 and sorted(again.store.roots) == [0, 1, 2, 3]
+    train_batch(again, inputs[2], on_persisted)
+    again.close()
+    assert persisted[-1][:2] == (3, 3) and sorted(again.store.roots) == [0, 1, 2, 3]
     for name, tensor in again.model.state_dict().items():
         assert torch.equal(tensor, expected[2][name]), name

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient
+from rollnet.node.committee import CommitteeView
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import final_outcome
@@ -32,7 +34,7 @@ from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
 from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.p2p.host import P2PNode, topics
 from rollnet.node.rollout.submission import SubmissionError, parse_submission
-from rollnet.node.verdicts import ChainCommittee, VerdictBook
+from rollnet.node.verdicts import BookCommittee, VerdictBook
 from rollnet.trainer.admission import admit_submission
 from rollnet.trainer.buffer import RolloutBuffer
 from rollnet.trainer.local import HELD_OUT_PROMPTS, held_out_accuracy
@@ -55,7 +57,6 @@ class StepContext:
     groups: int
     consumed: int
     per_worker: dict[str, Counter]
-    trained_at: float
 
 
 @dataclass
@@ -100,9 +101,9 @@ class MarketTrainer:
         self.buffer = RolloutBuffer(config.group_size, spec.max_staleness,
                                     trainer.model.config.vocab_size)
         self.buffer.advance(trainer.version)
-        self.book = VerdictBook(job.address, ChainCommittee(job, registry))
         self.leases = LeaseBook(job, from_block, lease_book_path)
         self.leases.align(ledger.cursor(job.address))
+        self.book = VerdictBook(job.address, BookCommittee(CommitteeView(job, registry, from_block), self.leases))
         self.verdict_topic = topics(job.address)["verdict"]
         self.policy_topic = topics(job.address)["policy"]
         node.subscribe(self.verdict_topic, authorize=JobAuthorizer(job.address, spec.trainer, registry))
@@ -115,7 +116,8 @@ class MarketTrainer:
         self._recent_announced = False
         self._finished: dict[int, LeaseEntry] = {}  # leases the lease book saw end, until admitted or refused
         self._persisted_version = trainer.version  # the newest version whose state and delta are written
-        self._steps: dict[int, StepContext] = {}  # id(report) -> its context, until persisted
+        self._publishing = threading.RLock()  # versions go on chain and out by gossip from two threads
+        self._on_chain = 0  # the newest version this trainer saw on chain after publishing
         node.policy_source = lambda start: [self._announcements[v] for v in sorted(self._announcements) if v >= start]
 
     def announce_recent(self) -> None:
@@ -123,22 +125,26 @@ class MarketTrainer:
         if self._recent_announced:
             return
         on_chain = self.job.current_version()
-        for version in sorted(self.trainer.store.deltas)[-self._recent:]:
-            if version <= on_chain and version not in self._announcements:
-                self._announce(version)
+        with self._publishing:
+            for version in sorted(self.trainer.store.deltas)[-self._recent:]:
+                if version <= on_chain and version not in self._announcements:
+                    self._announce(version)
         self._recent_announced = True
 
     # ------------------------------------------------------------------ publishing
 
     def publish_current(self) -> None:
-        """Put the trainer's newest persisted version on chain (if missing) and announce it with its delta."""
-        version = self._persisted_version
-        if version == 0:
-            return
-        if self.job.current_version() < version:
-            self.job.publish_policy(version, self.trainer.store.roots[version])
-        if version not in self._announcements:
-            self._announce(version)
+        """Put the trainer's newest persisted version on chain (if missing) and announce it with its delta (from
+        the run loop and from the trainer's writing thread: one at a time)."""
+        with self._publishing:
+            version = self._persisted_version
+            if version == 0:
+                return
+            if self.job.current_version() < version:
+                self.job.publish_policy(version, self.trainer.store.roots[version])
+            self._on_chain = version
+            if version not in self._announcements:
+                self._announce(version)
 
     def _announce(self, version: int) -> None:
         store = self.trainer.store
@@ -156,11 +162,12 @@ class MarketTrainer:
         self._announced_at = time.monotonic()
 
     def reannounce(self) -> None:
-        if time.monotonic() - self._announced_at < self.reannounce_s:
-            return
-        for version in sorted(self._announcements):
-            self.node.publish(self.policy_topic, self._announcements[version])
-        self._announced_at = time.monotonic()
+        with self._publishing:
+            if time.monotonic() - self._announced_at < self.reannounce_s:
+                return
+            for version in sorted(self._announcements):
+                self.node.publish(self.policy_topic, self._announcements[version])
+            self._announced_at = time.monotonic()
 
     # ------------------------------------------------------------------ admission
 
@@ -252,27 +259,19 @@ class MarketTrainer:
         for group in groups:
             worker = self._worker_of_seed.pop(group.task_seed, "unknown")
             per_worker.setdefault(worker, Counter())[self.trainer.version - group.version] += len(group.rollouts)
-        report = self.trainer.train_on(groups)
-        self.buffer.advance(self.trainer.version)
         rewards = [r for g in groups for r in self.trainer.rewards(g)]
-        self._steps[id(report)] = StepContext(reward=sum(rewards) / max(1, len(rewards)), groups=len(groups),
-                                              consumed=sum(len(g.rollouts) for g in groups), per_worker=per_worker,
-                                              trained_at=time.perf_counter())
-        if self.trainer.persists_in_background:
-            self.finish_steps()
-        else:
-            self._finish_step(report)
+        context = StepContext(reward=sum(rewards) / max(1, len(rewards)), groups=len(groups),
+                              consumed=sum(len(g.rollouts) for g in groups), per_worker=per_worker)
+        report = self.trainer.train_on(groups, on_persisted=lambda done: self._finish_step(done, context))
+        self.buffer.advance(self.trainer.version)
+        if report.optimizer_steps and self.trainer.version % self.held_out_every == 0:
+            self.held_out()
         return True
 
-    def finish_steps(self, wait: bool = False) -> None:
-        """Publish and report the steps whose version the trainer has persisted (all of them with `wait`)."""
-        for report in self.trainer.persisted_reports(wait):
-            self._finish_step(report)
-
-    def _finish_step(self, report: StepReport) -> None:
-        """A persisted step: its event (publish_s: from the end of its training until its state and delta were
-        written), then its version on chain and announced."""
-        context = self._steps.pop(id(report))
+    def _finish_step(self, report: StepReport, context: StepContext) -> None:
+        """A persisted step (on the trainer's writing thread, when it writes in the background): its event
+        (publish_s: from the end of its training until its state and delta were written), then its version on
+        chain and announced at once. A chain outage here is retried by the run loop, which publishes every pass."""
         self._persisted_version = max(self._persisted_version, report.version)
         now = time.time()
         self.events.emit(
@@ -284,27 +283,26 @@ class MarketTrainer:
             per_worker={w: {str(g): n for g, n in c.items()} for w, c in context.per_worker.items()},
             delta_bytes=report.published.delta_bytes if report.published else None,
             changed_fraction=report.published.changed_fraction if report.published else None,
-            train_s=round(report.seconds, 4), publish_s=round(time.perf_counter() - context.trained_at, 4),
+            train_s=round(report.seconds, 4), publish_s=round(time.perf_counter() - report.ended_at, 4),
             interval_s=round(now - self._last_version_at, 4))
         self._last_version_at = now
-        self.publish_current()  # a chain outage here is retried by the run loop, which publishes every pass
-        if report.version % self.held_out_every == 0:
-            self.held_out()
+        try:
+            self.publish_current()
+        except ChainUnavailable as exc:
+            log.warning("version %d waits for the chain (%s)", report.version, exc)
 
     def round(self) -> None:
-        """One pass: verdicts, new submissions, admission, maybe a training step, steps persisted since,
-        re-announcements."""
+        """One pass: verdicts, new submissions, admission, maybe a training step, re-announcements."""
         self.take_verdicts()
         self.follow_submissions()
         self.admit_ready()
         self.train_if_ready()
-        self.finish_steps()
         self.reannounce()
 
     def run(self, steps: int, poll_s: float = 0.2) -> None:
         """Train until version `steps` exists, then see every version persisted and on chain."""
         backoff = poll_s
-        while self.trainer.version < steps or self._persisted_version < self.trainer.version:
+        while self.trainer.version < steps or self._on_chain < self.trainer.version:
             try:
                 if self.trainer.version < steps:
                     self.publish_current()
@@ -312,7 +310,7 @@ class MarketTrainer:
                     self.round()
                     time.sleep(poll_s)
                 else:
-                    self.finish_steps(wait=True)
+                    self.trainer.close()  # the last steps written, their callbacks run
                 self.publish_current()
                 backoff = poll_s
             except ChainUnavailable as exc:

@@ -8,10 +8,10 @@ safety: the state (weights, optimiser, version) is written atomically *before* v
 publishing is idempotent, so a restart resumes at the last saved version and publishes it only if it is
 missing: no version is published twice or skipped (with `persist_in_background`, the state is written and the
 version put in the store on a background thread while the next step's forward passes run: the next
-`optimizer.step()` waits for it, since it changes the tensors being written, and the step's report comes
-back from `persisted_reports` only once both are done, so whoever publishes versions on chain still publishes
-only persisted ones); it resumes only with the rollout settings it saved (task,
-prompt format, length, temperature), so no run trains on two of them. Memory: a minibatch's gradient is
+`optimizer.step()` waits for it, since it changes the tensors being written, and a step's `on_persisted`
+callback runs, on that thread and in step order, only once both are done, so whoever publishes versions on
+chain from it publishes only persisted ones, as soon as they are); it resumes only with the rollout settings
+it saved (task, prompt format, length, temperature), so no run trains on two of them. Memory: a minibatch's gradient is
 accumulated over micro-batches within the logit and token budgets (`node.rollout.microbatch`), each
 backpropagated before the next is built, with the whole minibatch's loss normaliser, so it equals the gradient
 of the minibatch taken whole and the recipe's lengths and batch sizes never set the peak.
@@ -23,7 +23,7 @@ import copy
 import logging
 import math
 import time
-from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +63,7 @@ class StepReport:
     staleness: list[int] = field(default_factory=list)
     published: Published | None = None
     seconds: float = 0.0
+    ended_at: float = 0.0  # time.perf_counter() when the step's training ended
 
 
 @dataclass
@@ -118,7 +119,7 @@ class Trainer:
         self._published_tensors: dict[str, torch.Tensor] | None = None
         self._persist_pool = ThreadPoolExecutor(1, thread_name_prefix="trainer-persist") \
             if persist_in_background else None
-        self._persisting: deque[tuple[StepReport, Future[Published | None]]] = deque()
+        self._persisting: list[Future[None]] = []
         if state_dir is not None and (state_dir / STATE_FILE).exists():
             self._load_state()
         else:
@@ -203,8 +204,10 @@ class Trainer:
         return [self.task.reward(instance, self.tokenizer.decode(r.tokens, skip_special_tokens=True))
                 for r in group.rollouts]
 
-    def train_on(self, groups: list[Group]) -> StepReport:
-        """One optimisation step (a batch of whole groups): several minibatch updates, then a new version."""
+    def train_on(self, groups: list[Group], on_persisted: Callable[[StepReport], None] | None = None) -> StepReport:
+        """One optimisation step (a batch of whole groups): several minibatch updates, then a new version;
+        `on_persisted(report)` once the version is written and in the store (with `persist_in_background`, later,
+        on the writing thread, in step order; otherwise before this returns)."""
         started = time.perf_counter()
         samples, advantages, all_rewards, staleness = [], [], [], []
         without_signal = 0
@@ -229,46 +232,43 @@ class Trainer:
             if self._persist_pool is None:
                 self._save_state()
                 report.published = self._publish_if_missing()
-            else:  # the bf16 copy now: the next step's updates must not reach this version's delta
-                tensors = bf16_policy(self.model) if self.store is not None else None
-                self._persisting.append((report, self._persist_pool.submit(self._persist, self._state(), tensors)))
-        if self._persist_pool is not None and not report.optimizer_steps:
-            done: Future[Published | None] = Future()
-            done.set_result(None)
-            self._persisting.append((report, done))  # reported in order, after the steps still being written
-        report.seconds = time.perf_counter() - started
+        report.ended_at = time.perf_counter()
+        report.seconds = report.ended_at - started
+        if self._persist_pool is None:
+            if on_persisted is not None:
+                on_persisted(report)
+        else:  # the state now, and the bf16 copy: the next step's updates must not reach this version's delta
+            state = self._state() if report.optimizer_steps else None
+            tensors = bf16_policy(self.model) if report.optimizer_steps and self.store is not None else None
+            self._persisting = [p for p in self._persisting if not p.done() or p.exception() is not None]
+            self._persisting.append(self._persist_pool.submit(self._persist, report, state, tensors, on_persisted))
         return report
 
-    def _persist(self, state: dict, tensors: dict[str, torch.Tensor] | None) -> Published | None:
-        self._save_state(state)
-        return self._publish_if_missing(tensors)
+    def _persist(self, report: StepReport, state: dict | None, tensors: dict[str, torch.Tensor] | None,
+                 on_persisted: Callable[[StepReport], None] | None) -> None:
+        if state is not None:  # a step that made no version only keeps its place in the order of callbacks
+            self._save_state(state)
+            report.published = self._publish_if_missing(tensors)
+        if on_persisted is not None:
+            try:
+                on_persisted(report)
+            except Exception:  # the caller's concern; the write itself succeeded
+                log.exception("the callback after persisting version %d failed", report.version)
 
     @property
     def persists_in_background(self) -> bool:
         return self._persist_pool is not None
 
-    def persisted_reports(self, wait: bool = False) -> list[StepReport]:
-        """With `persist_in_background`: the reports of steps whose state is written and whose version is in the
-        store (`published` filled in), oldest first, each once; with `wait`, every pending step's. A failed
-        write raises here."""
-        ready = []
-        while self._persisting and (wait or self._persisting[0][1].done()):
-            report, pending = self._persisting[0]
-            report.published = pending.result()
-            self._persisting.popleft()
-            ready.append(report)
-        return ready
-
     def _wait_for_persisting(self) -> None:
-        for _, pending in self._persisting:
+        for pending in self._persisting:
             pending.result()
 
-    def close(self) -> list[StepReport]:
-        """Finish writing (background persistence); returns the reports not taken yet."""
+    def close(self) -> None:
+        """Finish writing (background persistence): every pending step is written and its callback run."""
         if self._persist_pool is None:
-            return []
+            return
         try:
-            return self.persisted_reports(wait=True)
+            self._wait_for_persisting()
         finally:
             self._persist_pool.shutdown(wait=True)
 

@@ -93,7 +93,7 @@ class ValidatorDaemon:
         self.keeper = Keeper(job, self.events, self.spec)
         self.keeper_grace_s = keeper_grace_s
         self.book = LeaseBook(job, from_block, book_path)
-        self.committees = CommitteeView(job, registry)
+        self.committees = CommitteeView(job, registry, from_block)
         self.book.align(store.cursor(job.address))
         self._finished: dict[int, LeaseEntry] = {}  # leases the book saw end, until the next settling pass
         self._enlisted = False

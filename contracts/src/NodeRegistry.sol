@@ -391,25 +391,6 @@ contract NodeRegistry {
         return (weightHistory[node].upperLookupRecent(key), totalWeightHistory.upperLookupRecent(key));
     }
 
-    /// @notice Several nodes' validator weights and the total at the end of one past block, in one call: what a
-    ///         worker needs to tell whether a round's draw seated anybody without a read per validator.
-    /// @param nodesAsked The addresses.
-    /// @param blockNumber A block before the current one.
-    /// @return weights Each node's weight then, in the order asked.
-    /// @return total The sum of all validators' weights then.
-    function weightsAtMany(address[] calldata nodesAsked, uint256 blockNumber)
-        external
-        view
-        returns (uint256[] memory weights, uint256 total)
-    {
-        uint48 key = _pastKey(blockNumber);
-        weights = new uint256[](nodesAsked.length);
-        for (uint256 i = 0; i < nodesAsked.length; ++i) {
-            weights[i] = weightHistory[nodesAsked[i]].upperLookupRecent(key);
-        }
-        total = totalWeightHistory.upperLookupRecent(key);
-    }
-
     /// @notice A node's validator weight at the end of a past block.
     /// @param node The address.
     /// @param blockNumber A block before the current one.

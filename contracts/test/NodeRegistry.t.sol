@@ -1017,18 +1017,6 @@ contract NodeRegistryTest is Helpers {
         (w1, t) = registry.weightsAt(v1, b0 + 2);
         assertEq(w1, 2.75 ether, "v1 at b0+2");
         assertEq(t, 2.75 ether, "total at b0+2");
-        address[] memory asked = new address[](3);
-        (asked[0], asked[1], asked[2]) = (v1, v2, worker);
-        (uint256[] memory many, uint256 manyTotal) = registry.weightsAtMany(asked, b0);
-        assertEq(many.length, 3, "one weight per node asked");
-        assertEq(many[0], 2 ether, "v1 at b0, batched");
-        assertEq(many[1], 3 ether, "v2 at b0, batched");
-        assertEq(many[2], 0, "worker at b0, batched");
-        assertEq(manyTotal, 5 ether, "total at b0, batched");
-        (many, manyTotal) = registry.weightsAtMany(asked, b0 + 1);
-        assertEq(many[0], 3 ether, "v1 at b0+1, batched");
-        assertEq(many[1], 0, "v2 at b0+1, batched");
-        assertEq(manyTotal, 3 ether, "total at b0+1, batched");
         assertEq(registry.totalValidatorWeightAt(b0 - 1), 0, "before anyone joined");
         assertEq(registry.totalValidatorWeightAt(b0), 5 ether, "total view b0");
         assertEq(registry.totalValidatorWeightAt(b0 + 1), 3 ether, "total view b0+1");
@@ -1037,8 +1025,6 @@ contract NodeRegistryTest is Helpers {
         registry.weightsAt(v1, block.number);
         vm.expectRevert(abi.encodeWithSelector(NodeRegistry.FutureLookup.selector, block.number));
         registry.totalValidatorWeightAt(block.number);
-        vm.expectRevert(abi.encodeWithSelector(NodeRegistry.FutureLookup.selector, block.number));
-        registry.weightsAtMany(asked, block.number);
         vm.expectRevert(abi.encodeWithSelector(NodeRegistry.FutureLookup.selector, block.number + 5));
         registry.totalValidatorWeightAt(block.number + 5);
         (uint256 cw, uint256 ct) = registry.currentWeights(v1);

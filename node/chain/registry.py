@@ -61,9 +61,6 @@ class Join:
         return bool(self.roles & (Role.WORKER | Role.VALIDATOR)) and self.stake > 0
 
 
-WEIGHTS_PER_CALL = 256  # addresses per weightsAtMany call: a few million gas of view work, under any call cap
-
-
 class RegistryClient:
     def __init__(self, client: ChainClient, address: str):
         self.client = client
@@ -149,11 +146,6 @@ class RegistryClient:
         validator with stake (what a join event says: no further reads)."""
         return [join.node for join in self.joins(from_block) if not staked_only or join.staked]
 
-    def validator_addresses(self, from_block: int = 0) -> list[str]:
-        """Every address that joined as a validator, in join order: who may sit on a committee, stake
-        permitting."""
-        return [join.node for join in self.joins(from_block) if join.roles & Role.VALIDATOR]
-
     def totals(self) -> tuple[int, int, int]:
         """(active, locked, unbonding) over every node."""
         return (
@@ -161,22 +153,6 @@ class RegistryClient:
             self.client.call(self.contract.functions.totalLocked()),
             self.client.call(self.contract.functions.totalUnbonding()),
         )
-
-    def weights_at(self, address: str, block: int) -> tuple[int, int]:
-        """(`address`'s validator weight, all validators' weight) at the end of a past block, in one call."""
-        weight, total = self.client.call(self.contract.functions.weightsAt(address, block))
-        return weight, total
-
-    def weights_at_many(self, addresses: list[str], block: int) -> tuple[dict[str, int], int]:
-        """({address: validator weight}, all validators' weight) at the end of a past block: one call per
-        `WEIGHTS_PER_CALL` addresses, whatever the number of validators asked about."""
-        weights: dict[str, int] = {}
-        total = 0
-        for low in range(0, max(len(addresses), 1), WEIGHTS_PER_CALL):
-            chunk = addresses[low:low + WEIGHTS_PER_CALL]
-            values, total = self.client.call(self.contract.functions.weightsAtMany(chunk, block))
-            weights.update(zip(chunk, values, strict=True))
-        return weights, total
 
     def weight_at(self, address: str, block: int) -> int:
         """`address`'s validator weight at the end of a past block (0 if none)."""
