@@ -95,7 +95,7 @@ def drew_nobody(view: CommitteeView, entry: LeaseEntry, round_: int, head: int) 
         return False
     if round_ not in entry.seeds and head + 1 - start[0] > BLOCKHASH_WINDOW:
         return False
-    weighted = view.weights.weighted_at(start[0] - 1)
+    weighted = [v for v in view.weights.weighted_at(start[0] - 1) if v.lower() != entry.worker.lower()]  # never seated
     total = entry.totals[round_] if round_ in entry.seeds else view.weights.total_at(start[0] - 1)
     return total > 0 and bool(weighted) and all(view.weight(entry, round_, validator, head) == 0
                                                 for validator in weighted)

@@ -12,8 +12,9 @@ committee signed a rejection; and
 can), or the round's vote window has closed, so every drawn member had the whole window to object. A
 committee sampled from many validators can be won by a lucky minority; (3) keeps such a round from
 reaching the gradient before the honest members could see and contest it. Rejecting verdicts never count
-towards admission; anything unsigned, forged, malformed or for another job is refused with EnvelopeError
-and changes nothing.
+towards admission, and neither does any verdict once a member rejected on chain or round 0 was decided
+otherwise than accept (`objected`: a rejection the gossip never carried still counts); anything unsigned,
+forged, malformed or for another job is refused with EnvelopeError and changes nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from eth_account.signers.local import LocalAccount
+from rollnet.node.chain.job import LeaseStatus, Outcome
 from rollnet.node.committee import CommitteeView
 from rollnet.node.lease_book import LeaseBook
 from rollnet.node.p2p.envelopes import EnvelopeError, Verdict, open_envelope, seal
@@ -43,6 +45,8 @@ class Committee(Protocol):
     def seat(self, lease_id: int, validator: str) -> Seat: ...
 
     def vote_closed(self, lease_id: int) -> bool: ...
+
+    def objected(self, lease_id: int) -> bool: ...
 
 
 def seal_verdict(job: str, lease_id: int, root: bytes, accept: bool, reason: str, account: LocalAccount) -> bytes:
@@ -73,8 +77,22 @@ class BookCommittee:
         return Seat(weight, stake, total)
 
     def vote_closed(self, lease_id: int) -> bool:
+        """Round 0's vote window is over, judged while it is still voting (then the entry's deadline is the vote
+        deadline; once decided it is the appeal deadline, which says nothing about the vote window)."""
         entry = self.book.get(lease_id)
-        return entry is not None and entry.round == 0 and self.book.now > entry.deadline
+        return (entry is not None and entry.round == 0 and entry.status is LeaseStatus.VOTING
+                and self.book.now > entry.deadline)
+
+    def objected(self, lease_id: int) -> bool:
+        """A member voted to reject the batch on chain in round 0, or round 0 was decided otherwise than accept:
+        gossip that never carried the objection must not outvote the chain."""
+        entry = self.book.get(lease_id)
+        if entry is None:
+            return False
+        rejected_on_chain = not all(entry.votes.get(0, {}).values())
+        decided_against = (entry.round == 0 and entry.status is LeaseStatus.DECIDED
+                           and entry.outcome is not Outcome.ACCEPT)
+        return rejected_on_chain or decided_against
 
 
 class VerdictBook:
@@ -106,7 +124,7 @@ class VerdictBook:
             accepting_weight += seat.weight
             accepting_stake += seat.stake
             total = seat.total
-        if not total or 2 * accepting_weight <= total:
+        if not total or 2 * accepting_weight <= total or self.committee.objected(lease_id):
             return False
         return 2 * accepting_stake > total or self.committee.vote_closed(lease_id)
 

@@ -15,7 +15,7 @@ import threading
 from bisect import bisect_right
 
 from rollnet.node.chain.registry import RegistryClient
-from rollnet.node.errors import ConfigError
+from rollnet.node.errors import ChainUnavailable, ConfigError
 
 
 class _Series:
@@ -75,6 +75,8 @@ class WeightHistory:
                     self._nodes.setdefault(key, _Series()).record(number, log["args"]["weight"])
                     self._total.record(number, log["args"]["total"])
                 self.cursor = end
+            if self.cursor < block:  # an endpoint whose head is behind a block another has shown us
+                raise ChainUnavailable(f"the endpoint's head is block {self.cursor}, behind block {block}")
 
     def weight_at(self, node: str, block: int) -> int:
         """`node`'s validator weight at the end of `block`."""
@@ -90,4 +92,5 @@ class WeightHistory:
     def weighted_at(self, block: int) -> list[str]:
         """Every validator with weight at the end of `block`."""
         self.follow(block)
-        return [self._names[key] for key, series in self._nodes.items() if series.at(block) > 0]
+        with self._lock:
+            return [self._names[key] for key, series in self._nodes.items() if series.at(block) > 0]

@@ -4,6 +4,7 @@ a round whose randomness expired), while asking the chain only for the registry'
 
 from __future__ import annotations
 
+import pytest
 from conftest import ETH, REPO, advance_time, client_for
 from rollnet.node.chain.anvil import AnvilProcess
 from rollnet.node.chain.client import ChainClient
@@ -11,11 +12,13 @@ from rollnet.node.chain.job import FactoryClient, JobClient
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.committee import BLOCKHASH_WINDOW, CommitteeView, drew_nobody
 from rollnet.node.config import Deployment
+from rollnet.node.errors import ConfigError
 from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
 from rollnet.node.verdicts import BookCommittee
+from rollnet.node.weight_history import WeightHistory
 from rollnet.node.worker import claim_with_seed
 
 REQUESTER, WORKER = 0, 1
@@ -72,6 +75,17 @@ def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilPr
             assert seat.weight == worker.member_weight(lease_id, 0, member)
             assert seat.total == registry.total_weight_at(start - 1)
             assert seat.stake == (registry.weight_at(member, start - 1) if seat.weight else 0)
+    # Its vote window is open, and nobody objected yet; a member's reject on chain is an objection, which gossip
+    # that never carried it cannot outvote.
+    target = leases[6]
+    assert not committee.vote_closed(target) and not committee.objected(target)
+    rejecter = next(index for index in STAKES if committee.seat(target, dev_account(index).address).weight)
+    JobClient(client_for(anvil, rejecter), address).vote(target, False)
+    book.poll()
+    assert committee.objected(target) and not committee.objected(leases[0])
+    # A weight history must start before any validator held weight, or it would miss their weight.
+    with pytest.raises(ConfigError, match="follow the registry from its deployment block"):
+        WeightHistory(registry, book.head).total_at(book.head)
 
     # Appeals: round 1 (committee 6 of 89 ETH, still sampled) and round 2 (final: every validator, by stake).
     appealed = leases[1]

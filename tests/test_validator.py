@@ -113,6 +113,9 @@ class Committee:
     def vote_closed(self, lease_id: int) -> bool:
         return self.closed
 
+    def objected(self, lease_id: int) -> bool:
+        return False
+
 
 def test_verdict_book_needs_accepting_members_holding_more_than_half_the_weight() -> None:
     book = VerdictBook(JOB, Committee({VALIDATOR.address: (40, 40), OTHER.address: (30, 30)}, total=100))

@@ -268,8 +268,9 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
         console.print(f"held-out greedy accuracy {base:.3f} -> {final:.3f} at version {trainer.version}; "
                       f"batches admitted {market.counts.admitted_batches}, refused {market.counts.refused_batches}")
     except KeyboardInterrupt:
-        trainer.close()  # the step being written, if any, is finished
-        console.print(f"stopped at version {trainer.version}; state is saved in {folder}")
+        console.print(f"stopped at version {trainer.version}; its state is being saved in {folder}")
     finally:
-        trainer.close()
-        node.stop()
+        try:
+            trainer.close()  # the steps being written, if any, are finished
+        finally:
+            node.stop()

@@ -119,7 +119,9 @@ class Trainer:
         self._published_tensors: dict[str, torch.Tensor] | None = None
         self._persist_pool = ThreadPoolExecutor(1, thread_name_prefix="trainer-persist") \
             if persist_in_background else None
-        self._persisting: list[Future[None]] = []
+        self._persisting: list[Future[None]] = []  # writes in flight (or failed)
+        self._callback_pool = ThreadPoolExecutor(1, thread_name_prefix="trainer-persisted") \
+            if persist_in_background else None
         if state_dir is not None and (state_dir / STATE_FILE).exists():
             self._load_state()
         else:
@@ -182,18 +184,22 @@ class Trainer:
         self.groups_without_signal = int(state["groups_without_signal"])
         log.info("resumed trainer at version %d", self.version)
 
-    def _publish_if_missing(self, tensors: dict[str, torch.Tensor] | None = None) -> Published | None:
+    def _publish_if_missing(self, tensors: dict[str, torch.Tensor] | None = None,
+                            version: int | None = None) -> Published | None:
+        """Put `version` (default: the current one) in the store unless it is there; `tensors` are its bf16
+        weights (default: the model's now)."""
         if self.store is None:
             return None
+        version = self.version if version is None else version
         latest = self.store.latest
-        if latest is not None and latest > self.version:
+        if latest is not None and latest > version:
             raise ConfigError(f"the policy store holds version {latest}, newer than the trainer state "
-                              f"({self.version}): it belongs to another run")
-        if latest == self.version:
+                              f"({version}): it belongs to another run")
+        if latest == version:
             return None
         assert self.signer is not None
         tensors = tensors if tensors is not None else bf16_policy(self.model)
-        published = self.store.publish(self.version, tensors, self.signer, previous=self._published_tensors)
+        published = self.store.publish(version, tensors, self.signer, previous=self._published_tensors)
         self._published_tensors = tensors
         return published
 
@@ -246,14 +252,20 @@ class Trainer:
 
     def _persist(self, report: StepReport, state: dict | None, tensors: dict[str, torch.Tensor] | None,
                  on_persisted: Callable[[StepReport], None] | None) -> None:
+        """Write a step (on the writing thread), then queue its callback on the callback thread: the next
+        optimiser step waits for the write only, never for what the callback does (a chain transaction)."""
         if state is not None:  # a step that made no version only keeps its place in the order of callbacks
             self._save_state(state)
-            report.published = self._publish_if_missing(tensors)
-        if on_persisted is not None:
-            try:
-                on_persisted(report)
-            except Exception:  # the caller's concern; the write itself succeeded
-                log.exception("the callback after persisting version %d failed", report.version)
+            report.published = self._publish_if_missing(tensors, version=state["version"])
+        if on_persisted is not None and self._callback_pool is not None:
+            self._callback_pool.submit(self._call_back, on_persisted, report)
+
+    @staticmethod
+    def _call_back(on_persisted: Callable[[StepReport], None], report: StepReport) -> None:
+        try:
+            on_persisted(report)
+        except Exception:  # the caller's concern; the write itself succeeded
+            log.exception("the callback after persisting version %d failed", report.version)
 
     @property
     def persists_in_background(self) -> bool:
@@ -264,13 +276,17 @@ class Trainer:
             pending.result()
 
     def close(self) -> None:
-        """Finish writing (background persistence): every pending step is written and its callback run."""
+        """Finish writing (background persistence): every pending step is written and its callback run. A failed
+        write raises here once; closing again is a no-op."""
         if self._persist_pool is None:
             return
-        try:
-            self._wait_for_persisting()
-        finally:
-            self._persist_pool.shutdown(wait=True)
+        pool, self._persist_pool = self._persist_pool, None
+        pool.shutdown(wait=True)  # every write done, so every callback queued
+        if self._callback_pool is not None:
+            self._callback_pool.shutdown(wait=True)
+        pending, self._persisting = self._persisting, []
+        for done in pending:
+            done.result()
 
     def _logprobs(self, model: PreTrainedModel, samples: list, with_entropy: bool = False) -> tuple:
         return completion_logprobs(model, [s.prompt_tokens for s in samples], [s.tokens for s in samples],
