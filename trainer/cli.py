@@ -268,9 +268,10 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
         console.print(f"held-out greedy accuracy {base:.3f} -> {final:.3f} at version {trainer.version}; "
                       f"batches admitted {market.counts.admitted_batches}, refused {market.counts.refused_batches}")
     except KeyboardInterrupt:
-        console.print(f"stopped at version {trainer.version}; its state is being saved in {folder}")
+        trainer.close(run_callbacks=False)  # the steps being written are finished; nothing more is published
+        console.print(f"stopped at version {trainer.version}; state is saved in {folder}")
     finally:
         try:
-            trainer.close()  # the steps being written, if any, are finished
+            trainer.close(run_callbacks=False)  # after an error: what is written stays (a no-op once closed)
         finally:
             node.stop()

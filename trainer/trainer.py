@@ -22,6 +22,8 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import queue
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -120,8 +122,14 @@ class Trainer:
         self._persist_pool = ThreadPoolExecutor(1, thread_name_prefix="trainer-persist") \
             if persist_in_background else None
         self._persisting: list[Future[None]] = []  # writes in flight (or failed)
-        self._callback_pool = ThreadPoolExecutor(1, thread_name_prefix="trainer-persisted") \
+        # Callbacks (chain transactions) run in order on a daemon thread: an interrupted trainer may leave one
+        # hanging on a dead chain without keeping its process alive, and need not run those queued.
+        self._callbacks: queue.Queue[tuple[Callable[[StepReport], None], StepReport] | None] = queue.Queue()
+        self._dropping_callbacks = False
+        self._callback_thread = threading.Thread(target=self._run_callbacks, name="trainer-persisted", daemon=True) \
             if persist_in_background else None
+        if self._callback_thread is not None:
+            self._callback_thread.start()
         if state_dir is not None and (state_dir / STATE_FILE).exists():
             self._load_state()
         else:
@@ -257,8 +265,13 @@ class Trainer:
         if state is not None:  # a step that made no version only keeps its place in the order of callbacks
             self._save_state(state)
             report.published = self._publish_if_missing(tensors, version=state["version"])
-        if on_persisted is not None and self._callback_pool is not None:
-            self._callback_pool.submit(self._call_back, on_persisted, report)
+        if on_persisted is not None:
+            self._callbacks.put((on_persisted, report))
+
+    def _run_callbacks(self) -> None:
+        while (item := self._callbacks.get()) is not None:
+            if not self._dropping_callbacks:
+                self._call_back(*item)
 
     @staticmethod
     def _call_back(on_persisted: Callable[[StepReport], None], report: StepReport) -> None:
@@ -275,15 +288,19 @@ class Trainer:
         for pending in self._persisting:
             pending.result()
 
-    def close(self) -> None:
-        """Finish writing (background persistence): every pending step is written and its callback run. A failed
-        write raises here once; closing again is a no-op."""
+    def close(self, run_callbacks: bool = True) -> None:
+        """Finish writing (background persistence): every pending step is written and, with `run_callbacks`, its
+        callback run (an interrupted trainer keeps its state but publishes nothing more). A failed write raises
+        here once; closing again is a no-op."""
         if self._persist_pool is None:
             return
         pool, self._persist_pool = self._persist_pool, None
         pool.shutdown(wait=True)  # every write done, so every callback queued
-        if self._callback_pool is not None:
-            self._callback_pool.shutdown(wait=True)
+        if self._callback_thread is not None:
+            self._dropping_callbacks = not run_callbacks
+            self._callbacks.put(None)
+            if run_callbacks:
+                self._callback_thread.join()
         pending, self._persisting = self._persisting, []
         for done in pending:
             done.result()
