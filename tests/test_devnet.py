@@ -334,8 +334,10 @@ def test_ctrl_c_stops_every_process_and_keeps_the_run_directory(tmp_path: Path, 
     import sys
 
     out = tmp_path / "run"
+    # Enough steps that the interrupt lands while training runs: the market now trains 50 embedded-model steps
+    # before the validator's first events are seen, and a run already settling is another case.
     command = [sys.executable, "-m", "rollnet.cli", "devnet", "--out", str(out), "--workers", "1", "--validators",
-               "1", "--steps", "50", "--no-live", "--model", str(default_model(model_home))]
+               "1", "--steps", "5000", "--no-live", "--model", str(default_model(model_home))]
     devnet = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_until(lambda: (out / "worker-0" / "events.jsonl").exists() and any(
