@@ -4,6 +4,9 @@ a round whose randomness expired), while asking the chain only for the registry'
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from conftest import ETH, REPO, advance_time, client_for
 from rollnet.node.chain.anvil import AnvilProcess
@@ -173,3 +176,49 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
     worker.appeal(empty)
     book.poll()
     assert book.get(empty).round == 1
+
+
+
+def test_several_weight_changes_in_one_block_leave_the_last_as_the_contract_does(market: Deployment,
+                                                                                 anvil: AnvilProcess) -> None:
+    """Anvil mines a block per transaction unless told otherwise: here automine is off while four weight changes
+    wait in the pool (two stake increases by one validator, an unbonding below the minimum, a join), then one
+    block holds them all. The history's weights and total at that block and the one before are the contract's
+    `weightsAt`: the last change of a validator in a block wins."""
+    first, second, third, joiner = 2, 3, 4, 5
+    for index in (first, second, third):
+        RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), Role.VALIDATOR,
+                                                                        STAKES[index] * ETH)
+    reader = RegistryClient(ChainClient(anvil.url), market.registry)
+    history = WeightHistory(reader, market.deployed_at_block)
+    before = reader.client.block_number()
+    assert history.total_at(before) == (STAKES[first] + STAKES[second] + STAKES[third]) * ETH
+
+    registries = {index: RegistryClient(client_for(anvil, index), market.registry)
+                  for index in (first, second, joiner)}
+    changes = [lambda: registries[first].add_stake(3 * ETH), lambda: registries[first].add_stake(4 * ETH),
+               lambda: registries[second].request_unbond(2 * ETH),  # 6 - 2 = 4 < the 5 minimum: weight 0
+               lambda: registries[joiner].join(PeerIdentity.generate(), Role.VALIDATOR, STAKES[joiner] * ETH)]
+    rpc = reader.client.rpc
+    rpc("evm_setAutomine", [False])
+    try:
+        with ThreadPoolExecutor(len(changes)) as pool:
+            sent = [pool.submit(change) for change in changes]
+            deadline = time.monotonic() + 30
+            while int(str(rpc("txpool_status", [])["pending"]), 0) < len(changes):
+                assert time.monotonic() < deadline, "the weight changes never reached the pool"
+                time.sleep(0.05)
+            rpc("evm_mine", [])
+            receipts = [future.result(timeout=60) for future in sent]
+    finally:
+        rpc("evm_setAutomine", [True])
+    assert {receipt["blockNumber"] for receipt in receipts} == {before + 1}  # one block holds all four
+    rpc("evm_mine", [])  # the contract answers for past blocks only
+    for at in (before, before + 1):
+        for index in (first, second, third, joiner):
+            member = dev_account(index).address
+            assert history.weight_at(member, at) == reader.weight_at(member, at), (index, at)
+        assert history.total_at(at) == reader.total_weight_at(at), at
+    assert history.weight_at(dev_account(first).address, before + 1) == (STAKES[first] + 7) * ETH
+    assert history.weight_at(dev_account(second).address, before + 1) == 0
+    assert history.weight_at(dev_account(joiner).address, before + 1) == STAKES[joiner] * ETH
