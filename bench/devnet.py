@@ -1,6 +1,7 @@
 """The whole market, three times, side by side: workers with tight back-pressure (at most one batch waiting
-for validators), pipelined workers (up to the staleness budget waiting, the default since issue 17), and
-workers that submit as fast as they can.
+for validators), workers with the adaptive in-flight window (the default since issue 17: as many leases as keep
+generation busy, halved when batches arrive at the staleness budget's edge), and workers that submit as fast as
+they can.
 
 Each arm is a complete `rollnet devnet` run (anvil, trainer, 3 workers, 2 validators as processes; same
 steps, lr and staleness budget) and writes its own run directory with the full report. On two shared cores
@@ -26,7 +27,7 @@ from rollnet.node.cli.context import make_console
 from rollnet.devnet import DevnetConfig, run_devnet
 
 ARMS = {"back-pressure (1 undecided batch per worker)": 1,
-        "pipelined (up to the staleness budget undecided, the default)": None, "no back-pressure": 1000}
+        "adaptive in-flight window (the default)": None, "no back-pressure": 1000}
 
 
 def main() -> None:

@@ -19,7 +19,9 @@ Trained samples/s (every sample of every group a step consumed, whether its rewa
 the trainer; (c) from the trainer's first admission to its last step (so neither (b) nor (c) counts start-up).
 efficiency = (c) / (b). From (c)'s event logs: the per-lease latency breakdown (`rollnet/devnet/latency.py`),
 each role's share of the machine's CPU time, and the verification fraction (the committee members' verify
-seconds over the workers' generation seconds, for the leases the trainer admitted).
+seconds over the workers' generation seconds, for the leases the trainer admitted), and the two throughput
+ceilings that latency sets (`throughput_ceilings`: the staleness budget's, and the leases in flight's), each as
+a fraction of (b): where one is below the goal, no stage but the latency can close the gap.
 
 Usage: python bench/efficiency.py [--model embedded,smollm2] [--quick] [--json PATH] [--steps N] [--out DIR]
 """
@@ -146,10 +148,18 @@ def measure_model(model: str, args: argparse.Namespace, console: object) -> dict
     for role, seconds in sorted(cpu["seconds"].items(), key=lambda item: -item[1]):
         roles.add_row(role, f"{seconds:.1f}", f"{cpu['share'].get(role, 0.0):.1%}")
     console.print(roles)
+    ceilings = report["throughput"].get("ceilings") or {}
+    for bound, why in (("staleness", "within the staleness budget"), ("in_flight", "with the leases in flight")):
+        if bound in ceilings:
+            console.print(f"ceiling {why} at this latency: {ceilings[bound]:.3g} samples/s, "
+                          f"{ceilings[bound] / local:.3f} of (b)")
     if fraction is not None:
         console.print(f"verification / generation compute on admitted leases: {fraction:.3f}")
     return {"steps": steps, "recipe": recipe.model_dump(), "efficiency": efficiency, "fraction": fraction,
             "latency": latency, "cpu": cpu,
+            "ceilings": {**{bound: {"samples_per_s": ceilings[bound], "against_async_local": ceilings[bound] / local}
+                            for bound in ("staleness", "in_flight") if bound in ceilings},
+                         "window_leases": ceilings.get("window_leases")},
             "runs": [{"model": model, "arm": "sync" if arm == "sync" else "async_local" if arm == "async_local"
                       else "market", "samples_per_s": row["samples_per_s"], "block_time_s": row.get("block_time_s", 0),
                       **{k: v for k, v in row.items() if k not in ("samples_per_s", "block_time_s")}}
@@ -188,6 +198,7 @@ def main() -> None:
               "latency": first["latency"], "latency_by_model": {m: r["latency"] for m, r in measured.items()},
               "latency_by_block_time": {m: r["latency_by_block_time"] for m, r in measured.items()},
               "cpu": {m: r["cpu"] for m, r in measured.items()},
+              "ceilings": {m: r["ceilings"] for m, r in measured.items()},
               "sparrowrl_fraction_of_ideal": 1 - SPARROW_GAP}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2))

@@ -6,19 +6,20 @@ is drawn on chain from the claim block's hash after the claim, never chosen by t
 submitted on chain is the object root of the stored bytes, so anyone fetching that root gets exactly what
 was signed.
 
-The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's,
-and never with one older than the job's staleness bound allows (it waits for the next delta instead);
-it claims (and draws seeds for) its next leases and submits its batches on background lanes
-(`rollnet.node.lease_lanes`), so on a chain with real block times its transactions share blocks and
-generation never waits for a receipt; it keeps at most `max_undecided` leases in flight, claimed or waiting
-for their committees (back-pressure: when validators fall behind, new batches would only grow stale in their
-queue), and claims only while its free stake covers another lease's collateral. It follows the chain through its lease
-book (`rollnet.node.lease_book`: only its own leases' events, a fixed number of requests per pass, however
-many leases are in flight), and does the keeper chores of its own leases (validators, who follow every lease,
-do everyone's in their turn); an honest worker appeals a rejection of its own batch, or a void round in which
-somebody voted or nobody was drawn (`keeper.own_batch_appeal`), while appeals remain, and once its appeals won,
-slashes the losing voters and claims its share of their stakes (`AppealRewards`). Every claim, submission,
-appeal and keeper action is one event in its log.
+The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's, and
+never with one older than the job's staleness bound allows (it waits for the next delta instead); it claims (and
+draws seeds for) its next leases and submits its batches on background lanes (`rollnet.node.lease_lanes`), so on
+a chain with real block times its transactions share blocks and generation never waits for a receipt; it keeps at
+most its in-flight window of leases claimed or waiting for their committees (`rollnet.node.in_flight`: as many as
+keep generation busy, halved when its batches arrive at the staleness budget's edge; back-pressure, since when
+validators fall behind new batches would only grow stale in their queue), and claims only while its free stake
+covers another lease's collateral. It follows the chain through its lease book (`rollnet.node.lease_book`: only
+its own leases' events, a fixed number of requests per pass, however many leases are in flight), and does the
+keeper chores of its own leases (validators, who follow every lease, do everyone's in their turn); an honest
+worker appeals a rejection of its own batch, or a void round in which somebody voted or nobody was drawn
+(`keeper.own_batch_appeal`), while appeals remain, and once its appeals won, slashes the losing voters and claims
+its share of their stakes (`AppealRewards`). Every claim, submission, appeal and keeper action is one event in
+its log.
 Keeper duties anyone may do (return expired leases to the queue, settle leases whose outcome is final)
 keep the market moving when a participant dies; a lost race for them is harmless.
 """
@@ -38,6 +39,7 @@ from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.committee import CommitteeView, drew_nobody
 from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
 from rollnet.node.events import EventLog
+from rollnet.node.in_flight import InFlightWindow
 from rollnet.node.keeper import KEEPER_GRACE_S, AppealRewards, Keeper, own_batch_appeal
 from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.lease_lanes import Claimed, LeaseLanes
@@ -167,14 +169,20 @@ def collateral_room(registry: RegistryClient, worker: str, slash_amount: int, un
     return max(0, registry.info(worker).active // max(1, slash_amount) - unfinished_claims)
 
 
-def default_undecided(spec: ChainSpec) -> int:
+ADAPTIVE_CAP = 4  # an adaptive window holds at most this many times the staleness budget's leases (at least 1)
+
+
+def in_flight_window(spec: ChainSpec, max_undecided: int | None) -> InFlightWindow:
     """How many leases a worker keeps in flight at once (claimed, being submitted, or waiting for their
-    committees), by default: as many as the job's staleness budget (at least 1). The worker claims and
-    generates its next leases while earlier ones wait, so the transactions' blocks and the committees' latency
-    overlap generation instead of adding to it; a batch waiting longer than the trainer takes to publish that
-    many versions would arrive too stale to train on, so more would only be wasted. The worker's collateral
-    bounds it too: a claim its free stake cannot cover is refused, and it waits."""
-    return max(1, spec.max_staleness)
+    committees). The worker claims and generates its next leases while earlier ones wait, so the transactions'
+    blocks and the committees' latency overlap generation instead of adding to it. By default the window adapts
+    (`rollnet.node.in_flight`): it starts at the job's staleness budget (at least 1), holds no more leases than
+    keep generation busy, and halves when batches arrive at the budget's edge. `max_undecided` fixes it. The
+    worker's collateral bounds it too: a claim its free stake cannot cover is refused, and it waits."""
+    budget = spec.max_staleness
+    if max_undecided is not None:
+        return InFlightWindow(budget, cap=max_undecided, fixed=True, start=max_undecided)
+    return InFlightWindow(budget, cap=ADAPTIVE_CAP * max(1, budget))
 
 
 @dataclass
@@ -190,7 +198,7 @@ class WorkerLoop:
     tamper: Tamper = HONEST
     keeper_every_s: float = 5.0
     keeper_grace_s: int = KEEPER_GRACE_S
-    max_undecided: int | None = None  # None: the job's staleness budget (at least 1), see `default_undecided`
+    max_undecided: int | None = None  # None: an adaptive window (`in_flight_window`)
     from_block: int = 0  # the market's deployment block: no lease's events come before it
     book_path: Path | None = None  # where the lease follower keeps its cursor (None: in memory)
     submitted: int = 0
@@ -200,17 +208,17 @@ class WorkerLoop:
     _appealed: set[tuple[int, int]] = field(default_factory=set)
     _owed_maybe: bool = True  # something may be owed: check (and withdraw) at the next keeper pass
     _bound: int = 0  # leases a bounded `run` submits (0: unbounded)
-    _batch_s: float | None = None  # seconds a batch takes to generate, sign and store (a running mean)
+    _claimed_at: dict[int, float] = field(default_factory=dict)  # lease -> when its claim was sent (monotonic)
 
     def __post_init__(self) -> None:
         self.keeper = Keeper(self.job, self.events, self.job.spec())
         self.rewards = AppealRewards(self.keeper)
-        if self.max_undecided is None:
-            self.max_undecided = default_undecided(self.job.spec())
+        self.window = in_flight_window(self.job.spec(), self.max_undecided)
+        self._window_size = self.window.size()
         self.book = LeaseBook(self.job, self.from_block, self.book_path, worker=self.account.address)
         self.registry = RegistryClient(self.job.client, self.job.registry_address())
         self.committees = CommitteeView(self.job, self.registry, self.from_block)
-        self.lanes: LeaseLanes[bool] = LeaseLanes(self._claim_seeded, self.max_undecided)
+        self.lanes: LeaseLanes[int | None] = LeaseLanes(self._claim_seeded, self.window.cap)
 
     def sync(self) -> None:
         """Fold the job's new events (a fixed number of requests, however many leases are in flight) and note
@@ -231,7 +239,7 @@ class WorkerLoop:
         if time.monotonic() - self._keeper_at > self.keeper_every_s:
             self.keep()
         self._note_submissions()
-        self._undecided = [i for i in self._undecided if self._waiting(i)]
+        self._note_decided()
         current = self.job.current_version()
         version = min(self.follower.latest, current)
         if current - version > self.job.spec().max_staleness:
@@ -257,29 +265,29 @@ class WorkerLoop:
         lease = claimed.lease
         if self.book.now and self.book.now >= lease.deadline:
             self.events.emit("lost_lease", lease=lease.lease_id, version=version, reason="LeaseExpired")
+            self._claimed_at.pop(lease.lease_id, None)
             return False  # it waited too long (for a policy, or behind a slow batch): never work an expired lease
         timings = dict(claimed.timings)
         started = time.perf_counter()
         done = prepare_batch(self.job, lease, self.account, self.task, backend, self.store,
                              policy_version=version, policy_root=policy_root,
                              delay_s=self.delay_s, tamper=self.tamper, timings=timings)
-        batch_s = time.perf_counter() - started
-        self._batch_s = batch_s if self._batch_s is None else 0.5 * (self._batch_s + batch_s)
+        self.window.note_batch(time.perf_counter() - started)
         self.lanes.submit(done.lease_id, partial(self._send, done, version, timings, started))
         return True
 
     def _room(self) -> int:
         """How many more leases this worker may claim now. The batches of all its leases in flight (claimed,
-        being submitted, waiting for their committees) fit within `max_undecided`, so a claimed lease is never
+        being submitted, waiting for their committees) fit within the in-flight window, so a claimed lease is never
         held back by back-pressure. Claimed leases not yet worked are no more than it generates in half a lease
         window at its measured batch time (one until it has measured one), so none waits until it expires. A
         bounded run claims no more than it has left to submit, and no claim goes out that its free stake, less
         the claims in flight, cannot cover (`collateral_room`)."""
-        assert self.max_undecided is not None
         in_flight = self.lanes.claiming + self.lanes.submitting
-        room = self.max_undecided - len(self._undecided) - in_flight
-        window = self.job.spec().lease_duration / 2
-        ahead = 1 if self._batch_s is None else max(1, int(window / max(self._batch_s, 1e-3)))
+        room = self.window.size() - len(self._undecided) - in_flight
+        half_lease = self.job.spec().lease_duration / 2
+        batch_s = self.window.batch_s
+        ahead = 1 if batch_s is None else max(1, int(half_lease / max(batch_s, 1e-3)))
         room = min(room, ahead - self.lanes.claiming)
         if self._bound:
             room = min(room, self._bound - self.submitted - in_flight)
@@ -300,12 +308,18 @@ class WorkerLoop:
     def _claim_seeded(self) -> Claimed:
         """(On a lane.) Claim a lease and draw its seed."""
         timings: dict[str, float] = {}
-        lease = claim_with_seed(self.job, timings=timings, on_claim=lambda lease: self.events.emit(
-            "claim", lease=lease.lease_id, first_task=lease.first_task))
+        sent = time.monotonic()
+
+        def claimed(lease: Lease) -> None:
+            self._claimed_at[lease.lease_id] = sent
+            self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
+
+        lease = claim_with_seed(self.job, timings=timings, on_claim=claimed)
         return Claimed(lease, timings)
 
-    def _send(self, done: SubmittedLease, version: int, timings: dict[str, float], started: float) -> bool:
-        """(On a lane.) Submit a prepared batch's root; False if the lease was lost meanwhile."""
+    def _send(self, done: SubmittedLease, version: int, timings: dict[str, float], started: float) -> int | None:
+        """(On a lane.) Submit a prepared batch's root; its g (the chain's version less the batch's) once mined, or
+        None if the lease was lost meanwhile."""
         sent = time.perf_counter()
         try:
             self.job.submit(done.lease_id, done.root, version)
@@ -315,14 +329,14 @@ class WorkerLoop:
             # Too slow for this lease: the policy aged past the bound or the lease ran out (and a keeper, maybe
             # this worker, returned it to the queue, costing the expiry fee); the work is lost, never paid.
             self.events.emit("lost_lease", lease=done.lease_id, version=version, reason=exc.error_name)
-            return False
+            return None
         timings["submit_s"] = time.perf_counter() - sent
         chain_version = self.job.current_version()
         self.events.emit("submit", lease=done.lease_id, version=version, chain_version=chain_version,
                          g=chain_version - version, rollouts=len(done.rollouts), root=done.root.hex(),
                          seconds=round(time.perf_counter() - started, 4),
                          **{name: round(value, 4) for name, value in timings.items()})
-        return True
+        return chain_version - version
 
     def _note_submissions(self, wait_all: bool = False) -> None:
         """Count the submissions the lanes finished; the first failure (other than a lost lease) is raised
@@ -333,11 +347,32 @@ class WorkerLoop:
                 if failure is not None:
                     log.warning("lease %d: submission failed too: %s", item.lease_id, item.error)
                 failure = failure or item.error
-            elif item.result:
+            elif item.result is not None:
                 self.submitted += 1
                 self._undecided.append(item.lease_id)
+                self.window.note_submitted(item.result)
+            else:
+                self._claimed_at.pop(item.lease_id, None)
         if failure is not None:
             raise failure
+        self._note_window()
+
+    def _note_decided(self) -> None:
+        """Drop the leases the chain decided from those waiting, noting how long each held its slot."""
+        waiting = []
+        for lease_id in self._undecided:
+            if self._waiting(lease_id):
+                waiting.append(lease_id)
+            elif lease_id in self._claimed_at:
+                self.window.note_decided(time.monotonic() - self._claimed_at.pop(lease_id))
+        self._undecided = waiting
+        self._note_window()
+
+    def _note_window(self) -> None:
+        size = self.window.size()
+        if size != self._window_size:
+            self._window_size = size
+            self.events.emit("window", size=size, batch_s=self.window.batch_s, occupancy_s=self.window.occupancy_s)
 
     def _waiting(self, lease_id: int) -> bool:
         """Whether a lease this worker submitted before the last `sync` still waits for its committee (a lease the

@@ -134,6 +134,16 @@ def test_efficiency_benchmark_runs_the_three_arms(tmp_path: Path, model_home: Pa
     assert report["efficiency"]["embedded"] == pytest.approx(market / local)
     assert report["latency"]["total"] > 0 and "verification" in report["latency"]
     assert 0 < report["verification_fraction"]["embedded"]
+    # The latency's ceilings: the budget (4) allows 5 steps of 32 x 8 samples per lease latency from generation on;
+    # the 3 workers' windows (each starting at 4 leases) hold leases of 8 x 8 samples in flight for a whole latency.
+    latency, ceilings = report["latency"], report["ceilings"]["embedded"]
+    from_generation = latency["total"] - latency["claim"] - latency["seed wait"]
+    assert ceilings["staleness"]["samples_per_s"] == pytest.approx(5 * 256 / from_generation, rel=1e-3)
+    assert 3 <= ceilings["window_leases"] <= 3 * 16
+    assert ceilings["in_flight"]["samples_per_s"] == pytest.approx(round(ceilings["window_leases"] * 64)
+                                                                   / latency["total"], rel=1e-3)
+    assert ceilings["in_flight"]["against_async_local"] == pytest.approx(ceilings["in_flight"]["samples_per_s"]
+                                                                         / local)
 
 
 def test_scale_benchmark_settles_every_lease_and_reports_each_measure(tmp_path: Path) -> None:

@@ -356,6 +356,35 @@ def test_ctrl_c_stops_every_process_and_keeps_the_run_directory(tmp_path: Path, 
         assert (out / person / "events.jsonl").exists()
 
 
+def test_stopping_asks_each_process_once_and_kills_what_does_not_stop(tmp_path: Path) -> None:
+    """A participant that ignores SIGINT is killed once its time is up. One already asked to stop (the devnet's
+    settlement asks workers and validators before a Ctrl-C's clean-up stops everyone) is not interrupted again in
+    its own clean-up: it is waited for from its first asking, then killed."""
+    import subprocess
+    import sys
+
+    from rollnet.devnet.network import Participant
+
+    stubborn = ("import signal, time\n"
+                "signal.signal(signal.SIGINT, lambda *_: print('asked', flush=True))\n"
+                "print('ready', flush=True)\n"
+                "while True: time.sleep(0.05)\n")
+    net = Devnet(DevnetConfig(out=tmp_path))
+    for name, role in (("worker-0", "worker"), ("validator-0", "validator")):
+        person = Participant(name, role, 1, tmp_path / name, [])
+        person.process = subprocess.Popen([sys.executable, "-c", stubborn], stdout=subprocess.PIPE, text=True)
+        assert person.process.stdout.readline().strip() == "ready"
+        net.participants[name] = person
+    worker, validator = net.participants["worker-0"], net.participants["validator-0"]
+    validator.asked_to_stop_at = time.monotonic() - 5  # asked 5 s ago, by the settlement
+    started = time.monotonic()
+    net.stop_roles("worker", "validator", timeout=2.0)
+    assert not worker.alive and not validator.alive
+    assert time.monotonic() - started < 10  # the validator's time was up already; the worker's after 2 s
+    assert worker.process.stdout.read().split() == ["asked"]  # asked once, ignored it, killed
+    assert validator.process.stdout.read().split() == []  # never interrupted again
+
+
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="this kernel has no autogroup scheduling")
 def test_a_worker_in_its_own_session_yields_the_cores_across_sessions_too() -> None:
     """Each participant runs in its own session. Under autogroup scheduling a session's processes share one

@@ -445,3 +445,49 @@ def test_the_registry_join_reader_lists_again_from_where_it_stopped(market: Depl
     assert dev_account(18).address in staked and dev_account(19).address not in staked
     later = reader.joins(new[1].block)
     assert later == [new[1]]
+
+
+def test_a_prefetched_batch_is_fetched_once_in_the_background_and_never_waited_for(swarm: Swarm) -> None:
+    """The trainer's and the validators' prefetching: a fetch started ahead runs once per root however often it
+    is asked for, `take` never waits for a transfer in flight, and a fetch that gave up starts anew when asked
+    again."""
+    import time
+
+    from rollnet.node.p2p.prefetch import Prefetcher
+
+    worker, trainer = swarm.node("worker", upload_rate=2e6), swarm.node("trainer")  # 4 MiB take about 2 s
+    trainer.connect([worker.addr])
+    data = os.urandom(4 * (1 << 20))
+    root = worker.store.put(data)
+    asked: list[bytes] = []
+
+    def fetch(wanted: bytes, _worker: str) -> bytes | None:  # as `p2p_fetcher`, with the worker's peer known
+        asked.append(wanted)
+        if not trainer.store.complete(wanted):
+            try:
+                trainer.fetch(wanted, [worker.peer_id], timeout=10)
+            except Exception:  # noqa: BLE001 - unavailable
+                return None
+        return trainer.store.read(wanted)
+
+    prefetcher = Prefetcher(fetch)
+    try:
+        prefetcher.start(root, "0xworker")
+        assert not prefetcher.ready(root, "0xworker")  # still arriving...
+        started = time.monotonic()
+        assert prefetcher.take(root, "0xworker") is None  # ...and taking it does not wait
+        assert time.monotonic() - started < 0.5
+        deadline = time.monotonic() + 60
+        while not prefetcher.ready(root, "0xworker"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert asked == [root]  # one transfer, however often it was asked for
+        assert prefetcher.take(root, "0xworker") == data  # read back from the store
+        missing = bytes(32)  # nobody has it: the fetch gives up, and asked again, starts anew
+        while not prefetcher.ready(missing, "0xworker"):
+            time.sleep(0.05)
+        assert prefetcher.take(missing, "0xworker") is None
+        prefetcher.start(missing, "0xworker").result(timeout=60)
+        assert asked.count(missing) == 2
+    finally:
+        prefetcher.close()

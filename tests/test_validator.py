@@ -262,6 +262,58 @@ def test_policies_come_from_anchor_plus_deltas_and_must_match_the_chain(tmp_path
         liar(1)
 
 
+def test_a_follower_reaches_each_version_by_one_delta_and_anchors_every_ten(tmp_path: Path, model_home: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower's store holds the job's base as its only anchor. Reaching version v must not replay every delta
+    since it (a run's whole history, at every version): each new version costs its own delta, every tenth
+    version reached is written as an anchor, and a restarted follower replays only the deltas since that one."""
+    import copy
+
+    import torch
+    from rollnet.node.delta import store as store_module
+    from rollnet.node.delta.checkpoint import content_root
+    from rollnet.node.delta.store import PolicyStore
+    from rollnet.node.model.loading import load_policy
+    from rollnet.node.model.policies import StorePolicies
+    from rollnet.trainer.trainer import bf16_policy
+
+    (folder,) = (model_home / "models").glob("addition-2digit-*")
+    base, tokenizer = load_policy(folder)
+    trainer = PolicyStore(tmp_path / "trainer", trainer=VALIDATOR.address)
+    follower = PolicyStore(tmp_path / "follower", trainer=VALIDATOR.address)
+    versions = {0: bf16_policy(base)}
+    trainer.publish(0, versions[0], VALIDATOR)
+    follower.add_anchor(0, versions[0])
+    moved = copy.deepcopy(base)
+    for version in range(1, 13):
+        with torch.no_grad():
+            moved.model.norm.weight.add_(0.01)
+        versions[version] = bf16_policy(moved)
+        trainer.publish(version, versions[version], VALIDATOR, previous=versions[version - 1])
+        follower.add_delta(trainer.delta_path(version).read_bytes())
+    roots = {v: content_root(t) for v, t in versions.items()}
+    applied: list[int] = []
+    real_apply = store_module.apply
+
+    def counting_apply(*args: object, **kwargs: object) -> object:
+        applied.append(1)
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "apply", counting_apply)
+    policies = StorePolicies(follower, base, tokenizer, roots.__getitem__)
+    for version in range(1, 13):
+        model, _ = policies(version)
+        assert all(torch.equal(model.state_dict()[n].to(torch.bfloat16), t) for n, t in versions[version].items())
+    assert len(applied) == 12  # one delta per version (rebuilt from the newest anchor each time: 58)
+    assert 10 in follower.anchors
+    applied.clear()
+    restarted = StorePolicies(follower, base, tokenizer, roots.__getitem__)
+    restarted(12)
+    assert len(applied) == 2  # from the anchor at 10
+    older, _ = restarted(11)  # an older version is rebuilt from the anchor
+    assert all(torch.equal(older.state_dict()[n].to(torch.bfloat16), t) for n, t in versions[11].items())
+
+
 def test_the_trainer_gate_needs_the_committee_and_matching_bytes() -> None:
     from rollnet.node.p2p.objects import object_root
     from rollnet.trainer.admission import admit_submission

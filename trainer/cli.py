@@ -243,6 +243,7 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
     participant = start_participant(registry, job_client, cli.data_dir, folder / "objects", listen=listen,
                                     advertise=advertise)
     node, address = participant.node, participant.address
+    market: MarketTrainer | None = None
     try:
         serve_anchors(node, job_client.address, trainer.store, trainer.model, trainer.tokenizer)
         for path in filter(None, (cli.data_dir / "p2p-addr", addr_file)):
@@ -274,4 +275,6 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
         try:
             trainer.close(run_callbacks=False)  # after an error: what is written stays (a no-op once closed)
         finally:
+            if market is not None:
+                market.close()
             node.stop()

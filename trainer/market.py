@@ -8,6 +8,9 @@ chain only after the trainer's state for v is saved and v is in its policy store
 only after the chain holds it, so a follower can always check an announcement against the chain; a
 restart publishes what is missing (on chain, then by gossip) and nothing twice. Recent announcements are
 repeated, because gossip can be missed. Chain outages back off and retry; they never skip a batch or a version.
+A batch's bytes are fetched in the background from the moment its submission is seen, while its committee
+judges it and while the trainer trains (`Fetcher`: content-addressed, so what arrives is what was submitted);
+admission only reads them, and never waits for a fetch still running.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from rollnet.node.p2p.authorize import JobAuthorizer
 from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
 from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.p2p.host import P2PNode, topics
+from rollnet.node.p2p.prefetch import Prefetcher
 from rollnet.node.rollout.submission import SubmissionError, parse_submission
 from rollnet.node.verdicts import BookCommittee, VerdictBook
 from rollnet.trainer.admission import admit_submission
@@ -118,6 +122,7 @@ class MarketTrainer:
         self._persisted_version = trainer.version  # the newest version whose state and delta are written
         self._publishing = threading.RLock()  # versions go on chain and out by gossip from two threads
         self._on_chain = 0  # the newest version this trainer saw on chain after publishing
+        self.prefetcher = Prefetcher(fetch)  # each batch's bytes, fetched from the moment it is submitted
         node.policy_source = lambda start: [self._announcements[v] for v in sorted(self._announcements) if v >= start]
 
     def announce_recent(self) -> None:
@@ -191,17 +196,27 @@ class MarketTrainer:
             rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
                     for e in logs if e["event"] == "BatchSubmitted"]
             self.ledger.record_events(self.job.address, rows, end)
+            for _, root, worker, version in rows:
+                if self.trainer.version - version <= self.buffer.max_staleness:
+                    self.prefetcher.start(root, worker)
 
         for entry in self.leases.poll(record).finished:
             self._finished[entry.lease_id] = entry
 
-    def admit_ready(self) -> None:
+    def close(self) -> None:
+        """Stop the background fetches (those running finish within the fetcher's deadline)."""
+        self.prefetcher.close()
+
+    def admit_ready(self) -> int:
+        """Admit or refuse every batch whose decision is known and whose bytes have arrived; returns how many."""
         unjudged = self.ledger.unjudged(self.job.address)
         self._finished = {row.lease_id: self._finished[row.lease_id] for row in unjudged
                           if row.lease_id in self._finished}
+        decided = 0
         for row in unjudged:
             if self.trainer.version - row.policy_version > self.buffer.max_staleness:
                 self._decide(row, False, "too stale for the buffer", Counter({"too stale": 1}))
+                decided += 1
                 continue
             lease = self._finished.get(row.lease_id) or self.leases.get(row.lease_id) or self.job.lease(row.lease_id)
             # Gossip speaks for the first round only: once appealed, or settled against, the chain decides.
@@ -212,18 +227,23 @@ class MarketTrainer:
                 decision = chain_decision(self.job, lease, self.leases.now, self.spec)
                 if decision is False:
                     self._decide(row, False, f"{lease.status.name.lower()} on chain", Counter({"refused": 1}))
+                    decided += 1
                     continue
             if decision is None:
                 continue  # not accepted by gossip, not final on chain: wait
-            data = self.fetch(row.root, row.worker)
+            if not self.prefetcher.ready(row.root, row.worker):
+                continue  # its bytes are still arriving: admission never waits for a transfer
+            data = self.prefetcher.take(row.root, row.worker)
             if data is None:
-                continue  # the worker is unreachable now; try again next round
+                continue  # the worker could not be reached: fetched again from the next round on
             counts = admit_submission(data, row.lease_id, row.root, self.book, self.buffer,
                                       accepted_on_chain=not gossip_quorum)
             if counts.get("admitted"):
                 for seed in self._seeds(data):
                     self._worker_of_seed[seed] = row.worker
             self._decide(row, bool(counts.get("admitted")), ",".join(sorted(counts)), counts)
+            decided += 1
+        return decided
 
     @staticmethod
     def _seeds(data: bytes) -> set[int]:
@@ -291,13 +311,15 @@ class MarketTrainer:
         except ChainUnavailable as exc:
             log.warning("version %d waits for the chain (%s)", report.version, exc)
 
-    def round(self) -> None:
-        """One pass: verdicts, new submissions, admission, maybe a training step, re-announcements."""
+    def round(self) -> bool:
+        """One pass: verdicts, new submissions, admission, maybe a training step, re-announcements; whether it
+        admitted, refused or trained anything."""
         self.take_verdicts()
         self.follow_submissions()
-        self.admit_ready()
-        self.train_if_ready()
+        decided = self.admit_ready()
+        trained = self.train_if_ready()
         self.reannounce()
+        return bool(decided) or trained
 
     def run(self, steps: int, poll_s: float = 0.2) -> None:
         """Train until version `steps` exists, then see every version persisted and on chain."""
@@ -307,8 +329,8 @@ class MarketTrainer:
                 if self.trainer.version < steps:
                     self.publish_current()
                     self.announce_recent()
-                    self.round()
-                    time.sleep(poll_s)
+                    if not self.round():
+                        time.sleep(poll_s)  # nothing to do: wait for the chain and the gossip
                 else:
                     self.trainer.close()  # the last steps written, their callbacks run
                 self.publish_current()

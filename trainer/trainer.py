@@ -280,10 +280,6 @@ class Trainer:
         except Exception:  # the caller's concern; the write itself succeeded
             log.exception("the callback after persisting version %d failed", report.version)
 
-    @property
-    def persists_in_background(self) -> bool:
-        return self._persist_pool is not None
-
     def _wait_for_persisting(self) -> None:
         for pending in self._persisting:
             pending.result()

@@ -27,6 +27,7 @@ from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.fetch import p2p_fetcher
 from rollnet.node.p2p.host import topics
 from rollnet.node.p2p.identity import load_or_create_identity
+from rollnet.node.p2p.prefetch import Prefetcher
 from rollnet.node.participant import start_participant
 from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.recipe import agree, recipe_task
@@ -80,6 +81,7 @@ def run(
     store = PolicyStore(policies or cli.data_dir / "policies", trainer=spec.trainer)
     node = start_participant(registry, job_client, cli.data_dir, cli.data_dir / "objects", listen=listen,
                              advertise=advertise, bootstrap=bootstrap).node
+    prefetcher: Prefetcher | None = None
     try:
         events = EventLog(cli.data_dir)
         follower = PolicyFollower(node, store, job_client, registry, events)
@@ -89,12 +91,14 @@ def run(
         console.print(f"the job's model: {obtained.source}")
         task_def = recipe_task(recipe, tokenizer, task_flag=task)
         verdict_topic = topics(job_client.address)["verdict"]
+        prefetcher = Prefetcher(p2p_fetcher(node, registry))
         daemon = ValidatorDaemon(job_client, registry, account, task_def,
                                  StorePolicies(store, base, tokenizer, job_client.policy_root),
-                                 p2p_fetcher(node, registry), SubmissionLedger(cli.data_dir / "validator.sqlite"),
+                                 prefetcher, SubmissionLedger(cli.data_dir / "validator.sqlite"),
                                  publish=lambda data: node.publish(verdict_topic, data), events=events,
                                  from_block=deployment.deployed_at_block,
-                                 book_path=book_file(cli.data_dir, job_client.address, f"validator-{account.address}"))
+                                 book_path=book_file(cli.data_dir, job_client.address, f"validator-{account.address}"),
+                                 prefetch=prefetcher.start)
         console.print(f"validating job {job_client.address} as {account.address} (peer {identity.peer_id})")
         events.emit("start", address=account.address, peer=identity.peer_id)
         while True:
@@ -111,8 +115,11 @@ def run(
                               f"voted {report.attested}, appealed {report.appealed}")
             if once:
                 break
-            time.sleep(interval)
+            if not (report.judged or report.attested):
+                time.sleep(interval)  # nothing judged or voted: wait for news (a busy pass goes straight on)
     except KeyboardInterrupt:
         console.print("stopped; progress is saved")
     finally:
+        if prefetcher is not None:
+            prefetcher.close()
         node.stop()

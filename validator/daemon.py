@@ -76,13 +76,15 @@ class ValidatorDaemon:
                  policies: PolicySource, fetch: Fetcher, store: SubmissionLedger,
                  publish: Callable[[bytes], None] | None = None, retries: int = 5, backoff_s: float = 0.5,
                  events: EventLog | None = None, appeals: bool = True, from_block: int = 0,
-                 book_path: Path | None = None, keeper_grace_s: int = KEEPER_GRACE_S):
+                 book_path: Path | None = None, keeper_grace_s: int = KEEPER_GRACE_S,
+                 prefetch: Callable[[bytes, str], object] | None = None):
         self.job = job
         self.registry = registry
         self.account = account
         self.task = task
         self.policies = policies
         self.fetch = fetch
+        self.prefetch = prefetch  # starts fetching a batch in the background once this validator is drawn for it
         self.store = store
         self.publish = publish
         self.retries = retries
@@ -165,6 +167,8 @@ class ValidatorDaemon:
                 weight = self._retrying(self.job.member_weight, row.lease_id, row.round, self.me)
             self.store.set_membership(self.job.address, row.lease_id, row.round, weight)
             if weight:
+                if self.prefetch is not None:
+                    self.prefetch(row.root, row.worker)
                 drawn += 1
                 self.events.emit("drawn", lease=row.lease_id, round=row.round, weight=weight)
         return drawn

@@ -182,8 +182,9 @@ def work(
                                         **params.BOOTSTRAP),
     delay: float = typer.Option(0.0, "--delay", min=0, help="seconds added before each submission (slow hardware)"),
     max_undecided: int = typer.Option(None, "--max-undecided", min=1,
-                                      help="leases in flight at once, claimed or awaiting a decision (default: the "
-                                      "job's staleness budget, at least 1)"),
+                                      help="leases in flight at once, claimed or awaiting a decision (default: "
+                                      "adaptive, from the staleness budget: as many as keep generation busy, halved "
+                                      "when batches arrive at the budget's edge)"),
     cheat: str = typer.Option(None, "--cheat", hidden=True, help="a registered demonstration cheat (devnet only)"),
     backend: str = typer.Option(None, "--backend", help=f"rollout backend, {', '.join(BACKENDS)} "
                                 "(default: the one `node join` chose)"),

@@ -201,6 +201,14 @@ class PolicyStore:
             version = self.deltas[version]
         return path[::-1]
 
+    def reaches(self, from_version: int, to_version: int) -> bool:
+        """Whether this store's deltas lead from `from_version` to `to_version`."""
+        try:
+            self.chain(from_version, to_version)
+        except DeltaError:
+            return False
+        return True
+
     def advance(self, tensors: MutableMapping[str, torch.Tensor], from_version: int, to_version: int) -> bytes:
         """Apply the deltas from `from_version` to `to_version` in place; returns the new root."""
         root = self.roots[from_version]

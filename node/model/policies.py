@@ -4,6 +4,10 @@ deltas) and checked against the root the trainer published on chain.
 Invariant: the model returned for version v has exactly the bf16 weights whose content root the job
 published for v (computed in fp32, as workers run them); a store that lacks v, or whose v differs from
 the chain's root, is a ConfigError, never a silently wrong policy. The last few versions stay cached.
+Reaching a new version costs the deltas since the newest version reached (kept as the store's bf16 weights),
+not every delta since the store's anchor: a follower's store holds only the job's base as an anchor, so
+rebuilding from it would cost a whole run's deltas at every version. Every `anchor_every` versions the weights
+reached are written as an anchor, so a restart replays at most that many deltas.
 """
 
 from __future__ import annotations
@@ -33,16 +37,40 @@ class StorePolicies:
         self.published_root = published_root
         self.cache = cache
         self._models: OrderedDict[int, PreTrainedModel] = OrderedDict()
+        self._head: tuple[int, dict[str, torch.Tensor]] | None = None  # the newest version reached, its weights
+
+    def _weights(self, version: int) -> dict[str, torch.Tensor]:
+        """`version`'s bf16 weights: the newest version reached, moved on by the deltas since, where they lead
+        there; else rebuilt from the store's anchor."""
+        head = self._head
+        try:
+            if head is not None and head[0] == version:
+                tensors = head[1]
+            elif head is not None and head[0] < version and self.store.reaches(head[0], version):
+                self._head = None  # an advance that fails part-way leaves no head behind
+                tensors = head[1]
+                self.store.advance(tensors, head[0], version)
+            else:
+                tensors = self.store.materialize(version)
+        except DeltaError as exc:
+            raise PolicyUnavailable(f"cannot reconstruct policy version {version}: {exc}") from None
+        if head is None or version >= head[0]:
+            self._head = (version, tensors)
+        else:
+            self._head = head  # an older version was asked for: the newest stays the head
+        return tensors
 
     def __call__(self, version: int) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
         if version not in self._models:
-            try:
-                tensors = self.store.materialize(version)
-            except DeltaError as exc:
-                raise PolicyUnavailable(f"cannot reconstruct policy version {version}: {exc}") from None
-            if content_root(tensors) != self.published_root(version):
+            tensors = self._weights(version)
+            root = content_root(tensors)
+            if root != self.published_root(version):
+                self._head = None
                 raise ConfigError(f"policy version {version} in {self.store.folder} differs from the root "
                                   "published on chain")
+            if version % self.store.anchor_every == 0 and version not in self.store.anchors:
+                self.store.add_anchor(version, tensors, root)
+                self.store.prune()
             model = copy.deepcopy(self.base).eval()
             with torch.no_grad():
                 for name, tensor in model.state_dict().items():

@@ -303,7 +303,7 @@ class VllmBackend:
         of what the engine actually holds is checked. On any failure the engine serves no version."""
         previous, self.version = self.version, None
         try:
-            if previous is not None and previous < version and _has_chain(store, previous, version):
+            if previous is not None and previous < version and store.reaches(previous, version):
                 store.advance(self._policy, previous, version)
             else:
                 for name, tensor in store.materialize(version).items():
@@ -323,14 +323,6 @@ class VllmBackend:
     def weights_root(self) -> bytes:
         """The content root of the weights the engine serves, in the checkpoint's dtype (bf16)."""
         return content_root({name: view.to(device="cpu", dtype=torch.bfloat16) for name, view in self.weights.items()})
-
-
-def _has_chain(store: PolicyStore, start: int, end: int) -> bool:
-    try:
-        store.chain(start, end)
-    except DeltaError:
-        return False
-    return True
 
 
 class VllmEngine:

@@ -114,6 +114,7 @@ def finish_run(net: Devnet, state: RunState, console: Console) -> dict:
     config = net.config
     run = {"model": config.preset or EMBEDDED_MODEL, "task": config.task, "max_new_tokens": config.max_new_tokens,
            "prompts_per_step": config.prompts_per_step, "held_out_prompts": config.held_out_prompts,
+           "tasks_per_lease": config.tasks_per_lease,
            "workers": config.workers, "validators": config.validators, "steps": config.steps, "lr": config.lr,
            "backend": config.backend, "block_time_s": config.block_time_s,
            "max_undecided": config.max_undecided, "group_size": config.group_size,
@@ -208,7 +209,7 @@ def devnet(
     lr: float = typer.Option(None, "--lr", help="default 2e-5; 3e-6 on a real model"),
     max_undecided: int = typer.Option(None, "--max-undecided", min=1,
                                       help="leases a worker keeps in flight, claimed or waiting for validators "
-                                      "(back-pressure)"),
+                                      "(back-pressure; default: each worker's adaptive window)"),
     held_out_every: int = typer.Option(None, "--held-out-every", min=1,
                                        help="versions between held-out evaluations (default 10; a real model: only "
                                        "the first and the last)"),

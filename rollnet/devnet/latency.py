@@ -22,6 +22,15 @@ admitted; seconds):
 `total` sums the critical path: claim through wait in buffer, without fetch and verification (inside
 "committee done") and without vote.
 
+Two ceilings follow from that latency, whatever the machine's speed (`throughput_ceilings`):
+- staleness: a batch is generated with the newest version its worker holds (after its claim and seed wait) and
+  must be trained before the trainer has published more than `budget` versions since. A trainer finishing a step
+  every S seconds finishes about L/S steps during the L seconds from generation to training, so L/S < budget + 1,
+  and trained samples/s < (budget + 1) x samples per step / L;
+- in flight: the workers hold at most their in-flight windows' leases x samples per lease at once, each for a
+  whole latency from claim to training, so trained samples/s <= that / total. A window's size over the run is
+  its time-weighted mean (`window_leases`) from the worker's `window` events.
+
 Invariants: pure functions of the events; a stage with no measurement in the run is absent rather than zero;
 CPU seconds per role come from each process's own `cpu` field (its process time at its last event), so a
 role's CPU is what its processes reported, not an estimate.
@@ -92,6 +101,43 @@ def lease_latency(state: RunState) -> dict[str, float]:
     result = {stage: _median(stages[stage]) for stage in (*CRITICAL_PATH, *INSIDE, *OFF_PATH) if stages[stage]}
     result["total"] = round(sum(result.get(stage) or 0.0 for stage in CRITICAL_PATH), 4)
     return result
+
+
+def window_leases(state: RunState, start: int) -> float:
+    """The leases the workers' in-flight windows allowed at once, summed over the workers: each one's window size
+    averaged over time from its first claim to its last submission, `start` until its first `window` event."""
+    total = 0.0
+    for person in state.people.values():
+        if person.role != "worker":
+            continue
+        claims, submits = person.of("claim"), person.of("submit")
+        if not claims or not submits:
+            continue
+        begin, end = claims[0]["t"], submits[-1]["t"]
+        if end <= begin:
+            total += start
+            continue
+        size, at, area = start, begin, 0.0
+        for event in person.of("window"):
+            moment = min(max(event["t"], begin), end)
+            area += size * (moment - at)
+            size, at = event["size"], moment
+        area += size * (end - at)
+        total += area / (end - begin)
+    return round(total, 4)
+
+
+def throughput_ceilings(latency: dict[str, float], *, budget: int, samples_per_step: int,
+                        samples_in_flight: int) -> dict[str, float]:
+    """The trained samples/s that no market with this per-lease latency (`lease_latency`) can reach, from the
+    staleness budget and from the samples the workers may hold in flight (see the module); empty without a
+    measured latency."""
+    total = latency.get("total") or 0.0
+    from_generation = total - (latency.get("claim") or 0.0) - (latency.get("seed wait") or 0.0)
+    if total <= 0 or from_generation <= 0:
+        return {}
+    return {"staleness": round((budget + 1) * samples_per_step / from_generation, 4),
+            "in_flight": round(samples_in_flight / total, 4)}
 
 
 def trained_samples_per_s(state: RunState) -> float | None:

@@ -84,7 +84,7 @@ class DevnetConfig:
     vote_seconds: int = 120
     appeal_seconds: int = 60  # the factory's shortest window
     held_out_every: int = 10
-    max_undecided: int | None = None  # None: each worker's default (the job's staleness budget)
+    max_undecided: int | None = None  # None: each worker's adaptive in-flight window (node.in_flight)
     model: Path | None = None  # a folder `rollnet model init` made (default: the embedded model)
     backend: str = "transformers"  # the honest workers' rollout backend (the cheater's is transformers)
     preset: str | None = None  # a real model rollnet converts itself (model.pinned.PRESETS), instead of `model`
@@ -164,6 +164,7 @@ class Participant:
     module: str = "rollnet.cli"
     process: subprocess.Popen | None = None
     starts: int = 0
+    asked_to_stop_at: float | None = None  # when this process was sent SIGINT (monotonic), if it was
 
     @property
     def address(self) -> str:
@@ -303,6 +304,7 @@ class Devnet:
         if niceness:
             nice_session(person.process.pid, niceness)
         person.starts += 1
+        person.asked_to_stop_at = None
         return person
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
@@ -320,16 +322,25 @@ class Devnet:
             os.kill(self.anvil.pid, signal.SIGCONT)
 
     def stop_roles(self, *roles: str, timeout: float = 20.0) -> None:
-        """Ask every live process of `roles` to stop (SIGINT), then kill what has not stopped in time."""
+        """Ask every live process of `roles` to stop (SIGINT, once: a process asked before is not interrupted again
+        in its clean-up), then kill what has not stopped within `timeout` of its first asking. An interrupt while
+        waiting (a second Ctrl-C) kills them all at once, then goes on."""
         chosen = [p for p in self.participants.values() if p.role in roles and p.alive]
+        now = time.monotonic()
         for person in chosen:
-            person.process.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + timeout
-        for person in chosen:
-            try:
-                person.process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                person.process.kill()
+            if person.asked_to_stop_at is None:
+                person.process.send_signal(signal.SIGINT)
+                person.asked_to_stop_at = now
+        try:
+            for person in chosen:
+                try:
+                    person.process.wait(max(0.1, person.asked_to_stop_at + timeout - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    person.process.kill()
+        finally:
+            for person in chosen:
+                if person.alive:
+                    person.process.kill()
                 person.process.wait(10)
 
     def anvil_cpu_seconds(self) -> float | None:
@@ -341,10 +352,13 @@ class Devnet:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
 
     def stop(self) -> None:
-        self.stop_roles("trainer", "worker", "validator", "cheater")
-        if self.anvil is not None:
-            self.anvil.stop(timeout=10)
-            self.anvil = None
+        """Stop every participant, then the chain (even when interrupted while stopping them)."""
+        try:
+            self.stop_roles("trainer", "worker", "validator", "cheater")
+        finally:
+            if self.anvil is not None:
+                self.anvil.stop(timeout=10)
+                self.anvil = None
 
     # ------------------------------------------------------------------ chain access for the orchestrator
 

@@ -22,8 +22,10 @@ from rollnet.devnet.latency import (  # noqa: E402
     CRITICAL_PATH,
     cpu_by_role,
     lease_latency,
+    throughput_ceilings,
     trained_samples_per_s,
     verification_fraction,
+    window_leases,
 )
 from rollnet.devnet.observe import RunState  # noqa: E402
 from rollnet.node.budget import predict  # noqa: E402
@@ -63,6 +65,7 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
     consumed = sum(s["groups"] for s in steps) * run.get("group_size", 8)
     groups_consumed = sum(s["groups"] for s in steps)
     without_signal = sum(s.get("groups_without_signal", 0) for s in steps)
+    latency = lease_latency(state)
     report = {
         "run": run,
         "steps": len(steps),
@@ -105,9 +108,10 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
             "mean_members_voting": _mean([len(votes) for votes in chain.committees.values()]),
             "by_lease": {str(lease): votes for lease, votes in sorted(chain.committees.items())},
         },
-        "latency": lease_latency(state),
+        "latency": latency,
         "throughput": {"trained_samples_per_s": trained_samples_per_s(state),
-                       "verification_fraction": verification_fraction(state)},
+                       "verification_fraction": verification_fraction(state),
+                       "ceilings": _ceilings(state, latency, run, budget)},
         "cpu": _cpu_shares(state, run),
         "verdicts": {p.name: {"accept": sum(v["accept"] for v in p.of("verdict")),
                               "reject": sum(not v["accept"] for v in p.of("verdict")),
@@ -115,6 +119,16 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
                      for p in state.people.values() if p.role == "validator"},
     }
     return report
+
+
+def _ceilings(state: RunState, latency: dict[str, float], run: dict, budget: int) -> dict[str, float]:
+    """The run's throughput ceilings from its lease latency (`latency.throughput_ceilings`), and the leases the
+    workers' windows allowed in flight (a window starts at the budget, at least 1, unless fixed)."""
+    group = run.get("group_size", 8)
+    leases = window_leases(state, run.get("max_undecided") or max(1, budget))
+    ceilings = throughput_ceilings(latency, budget=budget, samples_per_step=run.get("prompts_per_step", 32) * group,
+                                   samples_in_flight=round(leases * run.get("tasks_per_lease", 8) * group))
+    return {**ceilings, "window_leases": leases} if ceilings else {}
 
 
 def _cpu_shares(state: RunState, run: dict) -> dict:
@@ -155,6 +169,11 @@ def _latency_lines(report: dict) -> list[str]:
         lines += [f"The market trained {rate:.1f} samples/s (from the trainer's first admission to its last step)"
                   + (f"; efficiency against the local asynchronous pipeline on the same batch: {efficiency:.3f}"
                      if efficiency is not None else "") + ".", ""]
+    ceilings = report.get("throughput", {}).get("ceilings") or {}
+    if ceilings:
+        lines += [f"At this latency no market trains more than {ceilings['staleness']:.1f} samples/s within the "
+                  f"staleness budget, nor more than {ceilings['in_flight']:.1f} with the leases its workers may hold "
+                  "in flight (`latency.throughput_ceilings`).", ""]
     fraction = report.get("throughput", {}).get("verification_fraction")
     if fraction is not None:
         lines += [f"Verification cost {fraction:.1%} of generation's compute on the admitted leases (the members' "
@@ -257,13 +276,16 @@ def _appeals(appeals: list[dict]) -> str:
 def markdown(report: dict) -> str:
     held, staleness, prediction = report["held_out"], report["staleness"], report["prediction"]
     deltas, gas, money, run = report["deltas"], report["gas"], report["money"], report["run"]
-    undecided = run.get("max_undecided") or staleness["budget"] or 1  # a worker's default: the staleness budget
+    fixed = run.get("max_undecided")
+    window_leases = report["throughput"].get("ceilings", {}).get("window_leases")
+    windows = (f"at most {fixed} lease(s) in flight per worker" if fixed else "adaptive in-flight windows"
+               + (f", {window_leases:.1f} leases in all on average" if window_leases is not None else ""))
     lines = [
         "# rollnet devnet report", "",
         f"{run['workers']} workers, {run['validators']} validators"
         + (f", a `{run['cheater']}` cheater" if run.get("cheater") else "")
         + f", {report['steps']} training steps in {run['seconds']:.0f} s (staleness budget {staleness['budget']}, "
-        f"lr {run.get('lr', '-')}, at most {undecided} undecided batch(es) per worker).", "",
+        f"lr {run.get('lr', '-')}, {windows}).", "",
         "| measure | value |", "|---|---|",
         f"| held-out greedy accuracy | {held['base']:.3f} (base) → {held['final']:.3f} (final) |"
         if held["base"] is not None else "| held-out greedy accuracy | - |",
