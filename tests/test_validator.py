@@ -262,11 +262,11 @@ def test_policies_come_from_anchor_plus_deltas_and_must_match_the_chain(tmp_path
         liar(1)
 
 
-def test_a_follower_reaches_each_version_by_one_delta_and_anchors_every_ten(tmp_path: Path, model_home: Path,
+def test_a_follower_reaches_each_version_by_one_delta_and_keeps_every_version(tmp_path: Path, model_home: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A follower's store holds the job's base as its only anchor. Reaching version v must not replay every delta
-    since it (a run's whole history, at every version): each new version costs its own delta, every tenth
-    version reached is written as an anchor, and a restarted follower replays only the deltas since that one."""
+    since it (a run's whole history, at every version): each new version costs its own delta, and every
+    version stays reachable (a validator may need an old one for an appeal)."""
     import copy
 
     import torch
@@ -285,7 +285,7 @@ def test_a_follower_reaches_each_version_by_one_delta_and_anchors_every_ten(tmp_
     trainer.publish(0, versions[0], VALIDATOR)
     follower.add_anchor(0, versions[0])
     moved = copy.deepcopy(base)
-    for version in range(1, 13):
+    for version in range(1, 14):
         with torch.no_grad():
             moved.model.norm.weight.add_(0.01)
         versions[version] = bf16_policy(moved)
@@ -304,14 +304,14 @@ def test_a_follower_reaches_each_version_by_one_delta_and_anchors_every_ten(tmp_
     for version in range(1, 13):
         model, _ = policies(version)
         assert all(torch.equal(model.state_dict()[n].to(torch.bfloat16), t) for n, t in versions[version].items())
-    assert len(applied) == 12  # one delta per version (rebuilt from the newest anchor each time: 58)
-    assert 10 in follower.anchors
+    assert len(applied) == 12  # one delta per version (rebuilt from the base each time: 78)
+    assert follower.anchors == [0] and all(follower.reaches(0, v) for v in versions)  # nothing pruned
+    older, _ = policies(2)  # an old version (an appeal's) is rebuilt from the base; the newest stays the head
+    assert all(torch.equal(older.state_dict()[n].to(torch.bfloat16), t) for n, t in versions[2].items())
     applied.clear()
-    restarted = StorePolicies(follower, base, tokenizer, roots.__getitem__)
-    restarted(12)
-    assert len(applied) == 2  # from the anchor at 10
-    older, _ = restarted(11)  # an older version is rebuilt from the anchor
-    assert all(torch.equal(older.state_dict()[n].to(torch.bfloat16), t) for n, t in versions[11].items())
+    newer, _ = policies(13)
+    assert len(applied) == 1  # from the head, version 12
+    assert all(torch.equal(newer.state_dict()[n].to(torch.bfloat16), t) for n, t in versions[13].items())
 
 
 def test_the_trainer_gate_needs_the_committee_and_matching_bytes() -> None:

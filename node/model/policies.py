@@ -6,8 +6,8 @@ published for v (computed in fp32, as workers run them); a store that lacks v, o
 the chain's root, is a ConfigError, never a silently wrong policy. The last few versions stay cached.
 Reaching a new version costs the deltas since the newest version reached (kept as the store's bf16 weights),
 not every delta since the store's anchor: a follower's store holds only the job's base as an anchor, so
-rebuilding from it would cost a whole run's deltas at every version. Every `anchor_every` versions the weights
-reached are written as an anchor, so a restart replays at most that many deltas.
+rebuilding from it would cost a whole run's deltas at every version. Nothing is pruned here: a validator may
+still need an old version (an appeal, a late draw), so every version stays reachable from the base.
 """
 
 from __future__ import annotations
@@ -63,14 +63,10 @@ class StorePolicies:
     def __call__(self, version: int) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
         if version not in self._models:
             tensors = self._weights(version)
-            root = content_root(tensors)
-            if root != self.published_root(version):
+            if content_root(tensors) != self.published_root(version):
                 self._head = None
                 raise ConfigError(f"policy version {version} in {self.store.folder} differs from the root "
                                   "published on chain")
-            if version % self.store.anchor_every == 0 and version not in self.store.anchors:
-                self.store.add_anchor(version, tensors, root)
-                self.store.prune()
             model = copy.deepcopy(self.base).eval()
             with torch.no_grad():
                 for name, tensor in model.state_dict().items():

@@ -4,7 +4,8 @@ judging a batch, or the trainer admitting one, reads bytes already stored instea
 Invariants: the bytes come only from the wrapped `Fetcher` (content-addressed: what arrives is what the root
 names; a fetched object stays in the node's object store, so nothing is held in memory here); at most one fetch
 per root is in flight; a fetch that gave up is started again when asked for after it was taken; `close` cancels
-what has not started, and a fetch in flight ends within the fetcher's own deadline.
+what has not started. A fetch in flight ends when the fetcher's deadline passes without a chunk arriving: a
+worker that trickles chunks holds one thread that long (the transfer has no overall deadline yet).
 """
 
 from __future__ import annotations
@@ -54,12 +55,15 @@ class Prefetcher:
         return self._fetch(root, worker) if not future.cancelled() and future.result() else None
 
     def __call__(self, root: bytes, worker: str) -> bytes | None:
-        """The bytes (waiting for a fetch in flight), or None if the worker could not serve them."""
+        """The bytes (waiting for a fetch in flight; one still queued behind others is cancelled and done now),
+        or None if the worker could not serve them."""
         with self._lock:
             future = self._fetching.pop(root, None)
-        if future is not None and not future.cancelled():
-            future.result()
-        return self._fetch(root, worker)  # from the store if the fetch succeeded; else one more try now
+        if future is not None and not future.cancel():
+            if future.result():
+                return self._fetch(root, worker)  # from the store
+            return None  # it gave up just now: the caller's patience decides whether to ask again
+        return self._fetch(root, worker)
 
     def _forget_finished(self) -> None:
         if len(self._fetching) <= KEEP_FINISHED:

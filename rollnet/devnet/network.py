@@ -324,7 +324,7 @@ class Devnet:
     def stop_roles(self, *roles: str, timeout: float = 20.0) -> None:
         """Ask every live process of `roles` to stop (SIGINT, once: a process asked before is not interrupted again
         in its clean-up), then kill what has not stopped within `timeout` of its first asking. An interrupt while
-        waiting (a second Ctrl-C) kills them all at once, then goes on."""
+        waiting (a second Ctrl-C) kills them all at once and is raised again."""
         chosen = [p for p in self.participants.values() if p.role in roles and p.alive]
         now = time.monotonic()
         for person in chosen:
