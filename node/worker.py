@@ -331,7 +331,8 @@ class WorkerLoop:
             self.events.emit("lost_lease", lease=done.lease_id, version=version, reason=exc.error_name)
             return None
         timings["submit_s"] = time.perf_counter() - sent
-        chain_version = self.job.current_version()
+        # The submission is mined: an outage now must not drop its record (the lease would count as never sent).
+        chain_version = self.job.client.through_outage(self.job.current_version)
         self.events.emit("submit", lease=done.lease_id, version=version, chain_version=chain_version,
                          g=chain_version - version, rollouts=len(done.rollouts), root=done.root.hex(),
                          seconds=round(time.perf_counter() - started, 4),

@@ -43,6 +43,11 @@ def events_of(net: Devnet, name: str, kind: str) -> list[dict]:
     return [e for e in iter_events(net.participants[name].events_path) if e["kind"] == kind]
 
 
+def log_tail(net: Devnet, name: str, lines: int = 40) -> str:
+    """The end of a participant's process log, for an assertion's message."""
+    return "\n".join(net.log_path(name).read_text(errors="replace").splitlines()[-lines:])
+
+
 def chain_events(net: Devnet, name: str) -> list:
     job = net.job_client()
     return job.client.events(job.contract, name, 0)
@@ -292,7 +297,7 @@ def test_the_run_survives_a_trainer_restart_and_a_frozen_chain(tmp_path: Path, m
 
         net.freeze_chain(6.0)
         wait_until(lambda: not net.participants["trainer"].alive, 300, "the trainer to finish")
-        assert net.participants["trainer"].process.returncode == 0
+        assert net.participants["trainer"].process.returncode == 0, log_tail(net, "trainer")
         for name in ("worker-0", "worker-1", "validator-0"):
             assert net.participants[name].alive, f"{name} did not survive the frozen chain"
         assert any(events_of(net, n, "chain_unavailable") for n in ("worker-0", "worker-1", "trainer"))

@@ -158,6 +158,22 @@ def test_stale_and_unpublished_submissions_are_refused_on_chain(anvil: AnvilProc
     assert worker.lease(raced.lease_id).status is LeaseStatus.VOTING
 
 
+def test_versions_held_back_by_an_outage_are_published_in_order_before_the_newest(anvil: AnvilProcess,
+                                                                                  job: str) -> None:
+    """The job takes versions one by one: a trainer whose version 2 never reached the chain (an outage) and
+    that has since written 3 and 4 publishes 2, 3, 4 in that order; publishing 4 alone is refused."""
+    trainer = JobClient(client_for(anvil, REQUESTER), job)
+    roots = {version: bytes([version]) * 32 for version in range(1, 6)}
+    with pytest.raises(ContractRevert, match="the next policy version is 1 \\+ 1, not 4"):
+        trainer.publish_policy(4, roots[4])
+    announced: list[int] = []
+    assert trainer.publish_up_to(4, roots.__getitem__, on_published=announced.append) == [2, 3, 4]
+    assert announced == [2, 3, 4]
+    assert [trainer.policy_root(v) for v in range(2, 5)] == [roots[v] for v in range(2, 5)]
+    assert trainer.publish_up_to(4, roots.__getitem__, on_published=announced.append) == []  # nothing twice
+    assert trainer.publish_up_to(3, roots.__getitem__) == [] and trainer.current_version() == 4
+
+
 def test_a_peer_id_is_registered_only_by_the_holder_of_its_key(market: Deployment, anvil: AnvilProcess) -> None:
     victim, squatter = client_for(anvil, 5), client_for(anvil, 6)
     victim_peer = PeerIdentity.generate()

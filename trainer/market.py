@@ -139,14 +139,14 @@ class MarketTrainer:
     # ------------------------------------------------------------------ publishing
 
     def publish_current(self) -> None:
-        """Put the trainer's newest persisted version on chain (if missing) and announce it with its delta (from
-        the run loop and from the trainer's writing thread: one at a time)."""
+        """Put every persisted version the chain lacks on chain, in order (the job takes versions one by one: one
+        whose transaction an outage held back goes before the next), each announced with its delta once mined
+        (from the run loop and from the trainer's writing thread: one at a time)."""
         with self._publishing:
             version = self._persisted_version
             if version == 0:
                 return
-            if self.job.current_version() < version:
-                self.job.publish_policy(version, self.trainer.store.roots[version])
+            self.job.publish_up_to(version, self.trainer.store.roots.__getitem__, on_published=self._announce)
             self._on_chain = version
             if version not in self._announcements:
                 self._announce(version)

@@ -9,6 +9,7 @@ once per client and typed (`ChainSpec`, its recipe a `Recipe`): `initialize` fix
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -302,6 +303,18 @@ class JobClient:
 
     def publish_policy(self, version: int, root: bytes) -> TxReceipt:
         return self._send("publishPolicy", version, root)
+
+    def publish_up_to(self, version: int, root_of: Callable[[int], bytes],
+                      on_published: Callable[[int], None] = lambda version: None) -> list[int]:
+        """Publish every version after the chain's current one up to `version`, in order (the job takes them one
+        by one, so a version whose transaction an outage held back goes before the next); `on_published(v)` right
+        after each is mined. Returns the versions published (none if the chain already has `version`)."""
+        published = []
+        for missing in range(self.current_version() + 1, version + 1):
+            self.publish_policy(missing, root_of(missing))
+            published.append(missing)
+            on_published(missing)
+        return published
 
     def claim(self) -> Lease:
         """Lease the next tasks (collateral locked); the prompt seed is drawn afterwards with `draw_seed`."""
