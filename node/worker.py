@@ -367,6 +367,10 @@ class WorkerLoop:
             elif lease_id in self._claimed_at:
                 self.window.note_decided(time.monotonic() - self._claimed_at.pop(lease_id))
         self._undecided = waiting
+        # A claim that failed after it was mined (its seed drawn too late) or a submission that failed leaves its
+        # claim time behind: forget any older than two lease durations that no longer waits for a decision.
+        horizon = time.monotonic() - 2 * self.job.spec().lease_duration
+        self._claimed_at = {lease: at for lease, at in self._claimed_at.items() if at > horizon or lease in waiting}
         self._note_window()
 
     def _note_window(self) -> None:

@@ -491,3 +491,22 @@ def test_a_prefetched_batch_is_fetched_once_in_the_background_and_never_waited_f
         assert asked.count(missing) == 2
     finally:
         prefetcher.close()
+
+
+def test_a_provider_that_trickles_chunks_inside_the_timeout_is_dropped_at_the_minimum_rate(swarm: Swarm) -> None:
+    """A worker that sends each chunk just inside the fetcher's timeout would hold a validator's or the trainer's
+    fetch for chunks x timeout. With a minimum rate the fetch ends once timeout + size / rate has passed, having
+    stored only part of the object; at a rate the provider does keep up with, the same transfer completes."""
+    data = os.urandom(6 * (1 << 20))
+    # Two providers as slow as each other (one per fetcher, so the transfers do not share an uplink): two streams
+    # of 1 MiB chunks, each chunk arriving in about 2 s, inside a 3 s timeout; the whole object in about 6 s.
+    slow = [swarm.node(f"slow{i}", upload_rate=1e6) for i in range(2)]
+    root = {provider.store.put(data) for provider in slow}.pop()
+    strict, lenient = swarm.node("strict"), swarm.node("lenient")
+    strict.connect([slow[0].addr])
+    lenient.connect([slow[1].addr])
+    with pytest.raises(ObjectError, match="every provider failed or stalled"):
+        strict.fetch(root, [slow[0].peer_id], timeout=3, min_rate=1e8)  # gives up about 3 s after the manifest
+    assert not strict.store.complete(root)  # the transfer was cut, not waited out
+    assert lenient.fetch(root, [slow[1].peer_id], timeout=3, min_rate=5e5).chunks_fetched == 6  # 3 + 12.6 s allowed
+    assert lenient.store.read(root) == data

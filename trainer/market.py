@@ -80,7 +80,6 @@ class MarketTrainer:
         self.registry = registry
         self.node = node
         self.ledger = ledger
-        self.fetch = fetch
         self.events = events
         self.held_out_every = held_out_every
         self.held_out_prompts = held_out_prompts

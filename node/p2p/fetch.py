@@ -2,7 +2,8 @@
 
 Invariant: the bytes returned are exactly those whose object root was requested (the transfer protocol
 checks every chunk against the manifest of that root); a worker that cannot be reached or does not serve
-the root within the deadline yields None, which the checks turn into a rejection, never a hang.
+the root within the deadline (no chunk for `timeout_s`, or slower on average than `min_rate` after that much
+grace) yields None, which the checks turn into a rejection, never a hang.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ log = logging.getLogger(__name__)
 Fetcher = Callable[[bytes, str], bytes | None]  # (root, worker address) -> the bytes, or None if unavailable
 
 
-def p2p_fetcher(node: P2PNode, registry: RegistryClient, timeout_s: float = 20.0) -> Fetcher:
+BATCH_MIN_RATE = 16 * 1024  # bytes/s a worker must average serving its batch (after the timeout's grace)
+
+
+def p2p_fetcher(node: P2PNode, registry: RegistryClient, timeout_s: float = 20.0,
+                min_rate: float = BATCH_MIN_RATE) -> Fetcher:
     def fetch(root: bytes, worker: str) -> bytes | None:
         if node.store.complete(root):
             return node.store.read(root)
@@ -28,7 +33,7 @@ def p2p_fetcher(node: P2PNode, registry: RegistryClient, timeout_s: float = 20.0
             if peer not in node.connected_peers():
                 node.connect([addr if "/p2p/" in addr else f"{addr.rstrip('/')}/p2p/{peer}"
                               for addr in registry.listen_addrs(worker)])
-            node.fetch(root, [peer], timeout=timeout_s)
+            node.fetch(root, [peer], timeout=timeout_s, min_rate=min_rate)
             return node.store.read(root)
         except Exception as exc:  # noqa: BLE001 - any failure to obtain the data is "unavailable"
             log.info("could not fetch %s from %s: %s", root.hex()[:16], worker, exc)

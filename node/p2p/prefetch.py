@@ -4,8 +4,9 @@ judging a batch, or the trainer admitting one, reads bytes already stored instea
 Invariants: the bytes come only from the wrapped `Fetcher` (content-addressed: what arrives is what the root
 names; a fetched object stays in the node's object store, so nothing is held in memory here); at most one fetch
 per root is in flight; a fetch that gave up is started again when asked for after it was taken; `close` cancels
-what has not started. A fetch in flight ends when the fetcher's deadline passes without a chunk arriving: a
-worker that trickles chunks holds one thread that long (the transfer has no overall deadline yet).
+what has not started. A fetch in flight ends at the fetcher's deadline (`p2p_fetcher`: no chunk for its timeout,
+or a transfer slower on average than its minimum rate), so a worker that trickles chunks holds a thread for at
+most the timeout plus the batch's size over that rate.
 """
 
 from __future__ import annotations

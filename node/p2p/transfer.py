@@ -9,7 +9,9 @@ Invariants: a server sends at most `max_uploads` chunk streams at once, at most 
 pass that peer's own bucket (`peer_rate`), so one peer cannot take the whole uplink; a request names each
 of the object's chunks at most once and at most 64 of them, so a small request cannot ask for more than 64
 chunks' worth of bytes; a fetcher writes only chunks that match the verified manifest, so a bad provider
-costs a retry elsewhere, never a corrupt object; a fetch that gets no chunk for a whole `timeout` ends;
+costs a retry elsewhere, never a corrupt object; a fetch that gets no chunk for a whole `timeout` ends, and
+so does one (given `min_rate`) still unfinished `timeout` + size / `min_rate` seconds after its manifest came,
+so a provider that trickles chunks just inside `timeout` cannot hold a fetcher for chunks x `timeout`;
 chunks already on disk are never fetched again (resume); a peer holding part of an object serves that part
 (pipelining).
 """
@@ -133,8 +135,10 @@ class ObjectFetcher:
     """Fetches an object by root from several providers at once into an ObjectStore."""
 
     def __init__(self, store: ObjectStore, open_stream: OpenStream, *, per_provider: int = 2,
-                 batch: int = 4, max_failures: int = 3, timeout: float = 30.0, refresh: float = 0.2):
+                 batch: int = 4, max_failures: int = 3, timeout: float = 30.0, refresh: float = 0.2,
+                 min_rate: float | None = None):
         self.store = store
+        self.min_rate = min_rate  # bytes/s a fetch must average (after `timeout` of grace), or None
         self.open_stream = open_stream
         self.per_provider = per_provider
         self.batch = batch
@@ -227,6 +231,8 @@ class ObjectFetcher:
 
         active = {s.peer: 0 for s in states}
         failed = False
+        give_up_at = (trio.current_time() + self.timeout + manifest.size / self.min_rate
+                      if self.min_rate else float("inf"))
         async with trio.open_nursery() as nursery:
             last_refresh = -1.0
             moved = (report.chunks_fetched, trio.current_time())  # (chunks fetched, when that last changed)
@@ -235,8 +241,8 @@ class ObjectFetcher:
                 now = trio.current_time()
                 if report.chunks_fetched != moved[0] or in_flight:
                     moved = (report.chunks_fetched, now)
-                # every provider failed, or none has had a chunk for us for a whole timeout: give up
-                if not usable or now - moved[1] > self.timeout:
+                # every provider failed, none has had a chunk for us for a whole timeout, or all are too slow
+                if not usable or now - moved[1] > self.timeout or now > give_up_at:
                     failed = True
                     nursery.cancel_scope.cancel()
                     break
