@@ -187,6 +187,7 @@ class JobClient:
         self.address = address
         self.contract = client.contract("TrainingJob", address)
         self._spec: ChainSpec | None = None
+        self._roots: dict[int, bytes] = {}  # published policy roots (immutable on chain)
 
     def _call(self, name: str, *args: object) -> object:
         return self.client.call(getattr(self.contract.functions, name)(*args))
@@ -273,8 +274,15 @@ class JobClient:
         return {r: VOTE_CODES[(bits >> (2 * r)) & 3] for r in range(MAX_ROUNDS) if (bits >> (2 * r)) & 3 in VOTE_CODES}
 
     def policy_root(self, version: int) -> bytes:
-        """The content root of `version`'s weights; version 0 is the job's base model (the spec's model root)."""
-        return bytes(self._call("policyRoot", version))
+        """The content root of `version`'s weights; version 0 is the job's base model (the spec's model root).
+        The job never changes a published (non-zero) root, so each is read from the chain once; a version not
+        published yet reads as zero bytes and is asked again next time."""
+        root = self._roots.get(version)
+        if root is None:
+            root = bytes(self._call("policyRoot", version))
+            if any(root):
+                self._roots[version] = root
+        return root
 
     def is_enlisted(self, address: str) -> bool:
         return self._call("enlistedAt", address) != 0 and self._call("delistedAt", address) == 0
