@@ -369,8 +369,10 @@ class WorkerLoop:
         self._undecided = waiting
         # A claim that failed after it was mined (its seed drawn too late) or a submission that failed leaves its
         # claim time behind: forget any older than two lease durations that no longer waits for a decision.
+        # (A lane's thread adds claim times meanwhile: pop from a snapshot, never rebuild the dict.)
         horizon = time.monotonic() - 2 * self.job.spec().lease_duration
-        self._claimed_at = {lease: at for lease, at in self._claimed_at.items() if at > horizon or lease in waiting}
+        for lease in [lease for lease, at in list(self._claimed_at.items()) if at <= horizon and lease not in waiting]:
+            self._claimed_at.pop(lease, None)
         self._note_window()
 
     def _note_window(self) -> None:

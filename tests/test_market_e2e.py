@@ -172,6 +172,21 @@ def test_versions_held_back_by_an_outage_are_published_in_order_before_the_newes
     assert [trainer.policy_root(v) for v in range(2, 5)] == [roots[v] for v in range(2, 5)]
     assert trainer.publish_up_to(4, roots.__getitem__, on_published=announced.append) == []  # nothing twice
     assert trainer.publish_up_to(3, roots.__getitem__) == [] and trainer.current_version() == 4
+    # A copy of version 5 sent before an outage lands after the chain was read: the version is there with this
+    # trainer's root, so it counts as published and the next one follows.
+    earlier_copy = JobClient(client_for(anvil, REQUESTER), job)
+
+    def root_landing_meanwhile(version: int) -> bytes:
+        if version == 5 and earlier_copy.current_version() < 5:
+            earlier_copy.publish_policy(5, roots[5])
+        return roots[version]
+
+    roots[6] = b"\x06" * 32
+    restarted = JobClient(client_for(anvil, REQUESTER), job)  # its nonces read after the other copy's
+    assert restarted.publish_up_to(6, root_landing_meanwhile) == [5, 6]
+    assert [trainer.policy_root(v) for v in (5, 6)] == [roots[5], roots[6]]
+    with pytest.raises(ContractRevert, match="the next policy version is 6 \\+ 1, not 6"):
+        restarted.publish_policy(6, b"\x07" * 32)  # another root for a published version is still refused
 
 
 def test_a_peer_id_is_registered_only_by_the_holder_of_its_key(market: Deployment, anvil: AnvilProcess) -> None:

@@ -10,8 +10,9 @@ pass that peer's own bucket (`peer_rate`), so one peer cannot take the whole upl
 of the object's chunks at most once and at most 64 of them, so a small request cannot ask for more than 64
 chunks' worth of bytes; a fetcher writes only chunks that match the verified manifest, so a bad provider
 costs a retry elsewhere, never a corrupt object; a fetch that gets no chunk for a whole `timeout` ends, and
-so does one (given `min_rate`) still unfinished `timeout` + size / `min_rate` seconds after its manifest came,
-so a provider that trickles chunks just inside `timeout` cannot hold a fetcher for chunks x `timeout`;
+so does one (given `min_rate`) still unfinished `timeout` + min(size, `RATE_SIZE_CAP`) / `min_rate` seconds after
+its manifest came, so a provider that trickles chunks just inside `timeout` cannot hold a fetcher for chunks x
+`timeout`, however large a size its manifest declares (an object above the cap must come faster);
 chunks already on disk are never fetched again (resume); a peer holding part of an object serves that part
 (pipelining).
 """
@@ -34,6 +35,7 @@ PROTOCOL = "/rollnet/object/1.0.0"
 OK, MISSING, BUSY = 0, 1, 2
 MAX_INDICES = 64
 MAX_MANIFEST = 12 + 32 * (1 << 16)
+RATE_SIZE_CAP = 8 * (1 << 20)  # the most of an object's declared size that lengthens a `min_rate` deadline
 log = logging.getLogger(__name__)
 
 OpenStream = Callable[[str], Awaitable[ByteStream]]
@@ -231,7 +233,7 @@ class ObjectFetcher:
 
         active = {s.peer: 0 for s in states}
         failed = False
-        give_up_at = (trio.current_time() + self.timeout + manifest.size / self.min_rate
+        give_up_at = (trio.current_time() + self.timeout + min(manifest.size, RATE_SIZE_CAP) / self.min_rate
                       if self.min_rate else float("inf"))
         async with trio.open_nursery() as nursery:
             last_refresh = -1.0
