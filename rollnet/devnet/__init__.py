@@ -45,13 +45,14 @@ def watch(net: Devnet, state: RunState, console: Console, live: bool, timeout_s:
     view = Live(console=console, refresh_per_second=2, transient=False) if live else contextlib.nullcontext()
     deadline = time.monotonic() + timeout_s
     last_chain, last_line = 0.0, time.monotonic()
+    chain_every = 1.0 if live else 5.0  # the chain's side is drawn live; otherwise it is only summed at the end
     with view:
         while trainer.alive:
             if time.monotonic() > deadline:
                 raise RollnetError(f"the run did not finish within {timeout_s:.0f} s; see the process logs in "
                                    f"{net.config.out}")
             state.read()
-            if time.monotonic() - last_chain > 1.0:
+            if time.monotonic() - last_chain > chain_every:
                 with contextlib.suppress(RollnetError):
                     state.poll_chain(job.client, job, registry)
                 last_chain = time.monotonic()

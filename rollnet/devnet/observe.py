@@ -21,6 +21,8 @@ from rollnet.node.events import read_events
 
 CONTRACTS = ("TrainingJob", "NodeRegistry", "JobFactory")
 OUTCOMES = {1: "accepted", 2: "rejected", 3: "void"}
+JOB_EVENTS = ["RoundDecided", "CommitteeDrawn", "Voted", "Appealed", "Settled", "PaymentWithdrawn"]
+REGISTRY_EVENTS = ["Slashed", "CollateralReleased"]
 SETUP_CALLS = {"join", "createJob", "setAddrs", "setListenAddrs", "(deploy)", "setFactory"}
 
 
@@ -110,6 +112,29 @@ class RunState:
 
     # ------------------------------------------------------------------ chain
 
+    def _note_job_event(self, kind: str, args: dict) -> None:
+        snapshot = self.chain
+        if kind == "RoundDecided":
+            snapshot.rounds[OUTCOMES.get(args["outcome"], "pending")] += 1
+        elif kind == "CommitteeDrawn":
+            self._totals[(args["leaseId"], args["round"])] = args["totalWeight"]
+        elif kind == "Voted":
+            total = self._totals.get((args["leaseId"], args["round"])) or 0
+            snapshot.committees.setdefault(args["leaseId"], []).append(
+                {"round": args["round"], "validator": self.name_of(args["validator"]), "accept": args["accept"],
+                 "share": args["weight"] / total if total else None})
+        elif kind == "Appealed":
+            snapshot.appeals.append({"lease": args["leaseId"], "round": args["round"],
+                                     "appellant": self.name_of(args["appellant"])})
+        elif kind == "Settled":
+            snapshot.decided[OUTCOMES.get(args["outcome"], "pending")] += 1
+            if args["paid"]:
+                name = self.name_of(args["worker"])
+                snapshot.settled_paid[name] = snapshot.settled_paid.get(name, 0) + args["paid"]
+        elif kind == "PaymentWithdrawn":
+            name = self.name_of(args["account"])
+            snapshot.withdrawn[name] = snapshot.withdrawn.get(name, 0) + args["amount"]
+
     def poll_chain(self, client: ChainClient, job: JobClient, registry: RegistryClient) -> None:
         snapshot = self.chain
         status = job.status()
@@ -121,34 +146,14 @@ class RunState:
             snapshot.owed[person.name] = job.owed(person.address)
         head = snapshot.block
         if head >= self._event_block:
-            for event in client.events(job.contract, "RoundDecided", self._event_block, head):
-                snapshot.rounds[OUTCOMES.get(event["args"]["outcome"], "pending")] += 1
-            for event in client.events(job.contract, "CommitteeDrawn", self._event_block, head):
-                self._totals[(event["args"]["leaseId"], event["args"]["round"])] = event["args"]["totalWeight"]
-            for event in client.events(job.contract, "Voted", self._event_block, head):
-                args = event["args"]
-                total = self._totals.get((args["leaseId"], args["round"])) or 0
-                snapshot.committees.setdefault(args["leaseId"], []).append(
-                    {"round": args["round"], "validator": self.name_of(args["validator"]), "accept": args["accept"],
-                     "share": args["weight"] / total if total else None})
-            for event in client.events(job.contract, "Appealed", self._event_block, head):
-                snapshot.appeals.append({"lease": event["args"]["leaseId"], "round": event["args"]["round"],
-                                         "appellant": self.name_of(event["args"]["appellant"])})
-            for event in client.events(job.contract, "Settled", self._event_block, head):
-                snapshot.decided[OUTCOMES.get(event["args"]["outcome"], "pending")] += 1
-                if event["args"]["paid"]:
-                    name = self.name_of(event["args"]["worker"])
-                    snapshot.settled_paid[name] = snapshot.settled_paid.get(name, 0) + event["args"]["paid"]
-            for event in client.events(job.contract, "PaymentWithdrawn", self._event_block, head):
-                name = self.name_of(event["args"]["account"])
-                snapshot.withdrawn[name] = snapshot.withdrawn.get(name, 0) + event["args"]["amount"]
-            for event in client.events(registry.contract, "Slashed", self._event_block, head):
-                name = self.name_of(event["args"]["node"])
-                snapshot.slashed[name] = snapshot.slashed.get(name, 0) + event["args"]["amount"]
-            for event in client.events(registry.contract, "CollateralReleased", self._event_block, head):
-                if event["args"]["taken"]:  # a rejected lease's collateral, or an expired lease's fee
+            for event in client.logs(job.contract, JOB_EVENTS, self._event_block, head):  # one query, chain order
+                self._note_job_event(event["event"], event["args"])
+            for event in client.logs(registry.contract, REGISTRY_EVENTS, self._event_block, head):
+                slashed = event["event"] == "Slashed"
+                if slashed or event["args"]["taken"]:  # a slash; a rejected lease's collateral or an expiry fee
                     name = self.name_of(event["args"]["node"])
-                    snapshot.slashed[name] = snapshot.slashed.get(name, 0) + event["args"]["taken"]
+                    taken = event["args"]["amount"] if slashed else event["args"]["taken"]
+                    snapshot.slashed[name] = snapshot.slashed.get(name, 0) + taken
             self._event_block = head + 1
 
 
