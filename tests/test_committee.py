@@ -20,6 +20,7 @@ from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
+from rollnet.node.units import eth_to_wei
 from rollnet.node.verdicts import BookCommittee
 from rollnet.node.weight_history import WeightHistory
 from rollnet.node.worker import claim_with_seed
@@ -133,12 +134,15 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
     from rollnet.node.keeper import own_batch_appeal
 
     validators = range(2, 8)
-    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER, 10 * ETH)
+    leases_at_most = 30  # P(a lease seats nobody) = (5/6)^6 = 0.33: 30 leases without both kinds, about 1 in 160,000
+    spec = load_job_spec(REPO / "examples" / "job.toml").model_copy(update={"committee_size": 1})
+    collateral = eth_to_wei(spec.slash_eth, "slash_eth")  # every submitted lease stays locked until it settles
+    RegistryClient(client_for(anvil, WORKER), market.registry).join(PeerIdentity.generate(), Role.WORKER,
+                                                                    leases_at_most * collateral + 10 * ETH)
     for index in validators:
         RegistryClient(client_for(anvil, index), market.registry).join(PeerIdentity.generate(), Role.VALIDATOR,
                                                                         10 * ETH)
     requester = client_for(anvil, REQUESTER)
-    spec = load_job_spec(REPO / "examples" / "job.toml").model_copy(update={"committee_size": 1})
     address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
     JobClient(requester, address).publish_policy(1, b"\x11" * 32)
     worker = JobClient(client_for(anvil, WORKER), address)
@@ -147,7 +151,7 @@ def test_a_round_that_drew_nobody_is_known_locally_and_its_worker_appeals_it(mar
     book = LeaseBook(worker, market.deployed_at_block, worker=worker.client.address)
     listed = [dev_account(i).address for i in validators]
     empty = seated = None
-    for _ in range(30):  # P(a lease seats nobody) = (5/6)^6 = 0.33: 30 leases without one, about 1 in 160,000
+    for _ in range(leases_at_most):
         lease_id = claim_with_seed(worker).lease_id
         worker.submit(lease_id, b"\x22" * 32, 1)
         book.poll()
