@@ -17,6 +17,7 @@ from rollnet.node.chain.anvil import AnvilProcess
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
 from rollnet.node.keys import dev_account
+from rollnet.node.p2p import transfer
 from rollnet.node.p2p.envelopes import EnvelopeError, Have, ReplayGuard, open_envelope, seal
 from rollnet.node.p2p.framing import write_json
 from rollnet.node.p2p.gate import PeerGate
@@ -510,3 +511,68 @@ def test_a_provider_that_trickles_chunks_inside_the_timeout_is_dropped_at_the_mi
     assert not strict.store.complete(root)  # the transfer was cut, not waited out
     assert lenient.fetch(root, [slow[1].peer_id], timeout=3, min_rate=5e5).chunks_fetched == 6  # 3 + 12.6 s allowed
     assert lenient.store.read(root) == data
+
+
+def test_a_one_chunk_object_is_asked_for_outright_and_a_provider_without_it_costs_one_reply(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Policy deltas and lease batches are usually one chunk: the fetcher asks for it without a "have" query
+    first (a stream to learn one bit). A provider that holds the manifest but not the chunk answers MISSING,
+    and the fetch completes from another provider, with the bytes verified as ever."""
+    asked: list[str] = []
+    have = transfer.ObjectFetcher._have
+
+    async def counted(self: transfer.ObjectFetcher, state: transfer.ProviderState, root: bytes, count: int) -> None:
+        asked.append(state.peer)
+        await have(self, state, root, count)
+
+    monkeypatch.setattr(transfer.ObjectFetcher, "_have", counted)
+    partial, full, fetcher = swarm.node("partial"), swarm.node("full"), swarm.node("fetcher")
+    fetcher.connect([partial.addr, full.addr])
+    data = os.urandom(80_000)
+    root = full.store.put(data)
+    partial.store.begin(root, full.store.manifest(root))  # it knows the object, but holds none of its bytes
+    report = fetcher.fetch(root, [partial.peer_id, full.peer_id])
+    assert fetcher.store.read(root) == data and report.by_provider == {full.peer_id: 1}
+    assert full.peer_id not in asked  # (the partial provider may be asked again once its MISSING is heard)
+
+    # A provider that does not know the object at all (a peer the delta has not reached yet) answers MISSING
+    # too: no fault against it, so it stays a provider the fetch asks again once it has the object.
+    empty, late = swarm.node("empty"), swarm.node("late")
+    late.connect([empty.addr, full.addr])
+    quiet = late.fetch(root, [empty.peer_id, full.peer_id])
+    assert late.store.read(root) == data and quiet.retries == 0 and quiet.by_provider == {full.peer_id: 1}
+
+    lone = swarm.node("lone")
+    lone.connect([partial.addr])
+    with pytest.raises(ObjectError):
+        lone.fetch(root, [partial.peer_id], timeout=1.0)
+    assert asked.count(partial.peer_id) >= 1  # after the MISSING answer, the usual queries found nothing
+    assert not lone.store.complete(root)
+
+
+def test_a_manifest_declaring_more_than_the_fetch_allows_is_refused_before_a_byte_is_stored(swarm: Swarm) -> None:
+    """A worker chooses the size its batch's manifest declares (up to 64 GiB). Validators and the trainer fetch with
+    the most an honest batch of the job can take (`batch_fetcher`): a liar's 1 GiB manifest is refused at once,
+    and the fetcher's disk holds nothing of it; an object within the bound is fetched as ever."""
+    from rollnet.node.p2p.objects import CHUNK_SIZE, Manifest
+
+    liar, fetcher = swarm.node("liar"), swarm.node("fetcher")
+    fetcher.connect([liar.addr])
+    chunks = (1 << 30) // CHUNK_SIZE
+    declared = Manifest(1 << 30, CHUNK_SIZE, tuple(os.urandom(32) for _ in range(chunks)))
+    huge = declared.root()
+    liar.store.begin(huge, declared)  # it serves the manifest (and would trickle junk for the chunks)
+    started = time.monotonic()
+    with pytest.raises(ObjectError, match="declares 1073741824 bytes"):
+        fetcher.fetch(huge, [liar.peer_id], max_size=8 << 20)
+    assert time.monotonic() - started < 10 and fetcher.store.manifest(huge) is None
+    assert not (fetcher.store.folder / huge.hex()).exists()
+    # Frames are read whole: a manifest with chunks larger than a store cuts objects into is refused as well
+    # (one 4 GiB "chunk" would otherwise be buffered in memory before its length is checked).
+    wide = Manifest(1000, 0xFFFFFFFF, (os.urandom(32),))
+    liar.store.begin(wide.root(), wide)
+    with pytest.raises(ObjectError, match="declares chunks of"):
+        fetcher.fetch(wide.root(), [liar.peer_id], max_size=8 << 20)
+    data = os.urandom(100_000)
+    fine = liar.store.put(data)
+    assert fetcher.fetch(fine, [liar.peer_id], max_size=len(data)) and fetcher.store.read(fine) == data

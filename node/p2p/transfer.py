@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import trio
 from rollnet.node.p2p.framing import ByteStream, FrameError, read_frame, read_json, write_frame, write_json
-from rollnet.node.p2p.objects import Manifest, ObjectError, ObjectStore
+from rollnet.node.p2p.objects import CHUNK_SIZE, Manifest, ObjectError, ObjectStore
 from rollnet.node.p2p.ratelimit import PeerBuckets, TokenBucket
 
 PROTOCOL = "/rollnet/object/1.0.0"
@@ -138,8 +138,9 @@ class ObjectFetcher:
 
     def __init__(self, store: ObjectStore, open_stream: OpenStream, *, per_provider: int = 2,
                  batch: int = 4, max_failures: int = 3, timeout: float = 30.0, refresh: float = 0.2,
-                 min_rate: float | None = None):
+                 min_rate: float | None = None, max_size: int | None = None):
         self.store = store
+        self.max_size = max_size  # bytes an object may declare, or None (refused before a byte is stored)
         self.min_rate = min_rate  # bytes/s a fetch must average (after `timeout` of grace), or None
         self.open_stream = open_stream
         self.per_provider = per_provider
@@ -195,8 +196,19 @@ class ObjectFetcher:
                     progress: Callable[[int], None] | None = None) -> FetchReport:
         """Fetch until the object is complete; raises ObjectError when every provider has failed."""
         manifest = await self.manifest(root, providers)
+        if self.max_size is not None and manifest.size > self.max_size:
+            raise ObjectError(f"object {root.hex()[:16]} declares {manifest.size} bytes, more than the "
+                              f"{self.max_size} this fetch allows")
+        if manifest.chunk_size > CHUNK_SIZE:  # a provider's frames are read whole: never more than a store's chunk
+            raise ObjectError(f"object {root.hex()[:16]} declares chunks of {manifest.chunk_size} bytes, more than "
+                              f"the {CHUNK_SIZE} objects are cut into")
+        largest_chunk = min(manifest.chunk_size, manifest.size)
         self.store.begin(root, manifest)
-        states = [ProviderState(peer) for peer in dict.fromkeys(providers)]
+        # A one-chunk object is asked for outright: a "have" query would cost a stream to learn one bit. A provider
+        # without the chunk (or without the object) answers MISSING, which drops it from `have`, at no fault, and
+        # the usual queries follow.
+        assumed = {0} if manifest.chunk_count == 1 else set()
+        states = [ProviderState(peer, set(assumed)) for peer in dict.fromkeys(providers)]
         report = FetchReport(root, 0, 0, 0, {})
         in_flight: set[int] = set()
         wake = trio.Event()
@@ -206,9 +218,12 @@ class ObjectFetcher:
             try:
                 stream = await self._request(state.peer, {"op": "chunks", "root": root.hex(), "index": indices})
                 for _ in indices:
-                    body = await read_frame(stream, 5 + manifest.chunk_size, self.timeout)
+                    body = await read_frame(stream, 5 + largest_chunk, self.timeout)
                     if body[:1] == bytes([BUSY]):
                         state.busy_until = trio.current_time() + 0.05 * random.uniform(1, 3)
+                        return
+                    if body == bytes([MISSING]):  # it does not know the object (yet): no fault, ask "have" later
+                        state.have.difference_update(indices)
                         return
                     (index,) = struct.unpack(">I", body[1:5])
                     if body[:1] != bytes([OK]) or index not in indices:
