@@ -210,3 +210,62 @@ def test_a_read_after_our_own_transaction_rides_out_a_frozen_chain(anvil: AnvilP
             impatient.through_outage(impatient.block_number)  # past its bound: a clear error
     finally:
         thaw.join()
+
+
+def test_fast_reads_answer_exactly_as_web3_does_for_every_view_of_the_contracts(market: Deployment,
+                                                                                anvil: AnvilProcess) -> None:
+    """`ChainClient.call` reads without web3's per-call machinery (`node.chain.calls`). Every view function of
+    the three contracts, on a job with a claimed lease and staked members, answers the same through it as
+    through web3's own `call()` (value and type: tuples, checksummed addresses, bytes, lists), at the latest and
+    the pending block; a revert still surfaces as the same named `ContractRevert`. Every function's calldata, as
+    a transaction carries it, is web3's encoding byte for byte."""
+    from conftest import REPO
+    from rollnet.node.chain.calls import FALLBACK, call_data, fast_call
+    from rollnet.node.chain.job import FactoryClient, JobClient
+    from rollnet.node.spec import load_job_spec
+
+    RegistryClient(client_for(anvil, 2), market.registry).join(PeerIdentity.generate(), Role.WORKER, 5 * ETH)
+    RegistryClient(client_for(anvil, 3), market.registry).join(PeerIdentity.generate(), Role.VALIDATOR, 10 * ETH)
+    requester = client_for(anvil, 1)
+    spec = load_job_spec(REPO / "examples" / "job.toml")
+    job_address = FactoryClient(requester, market.factory).create_job(spec.to_abi(requester.address), 5 * ETH)
+    JobClient(requester, job_address).publish_policy(1, b"\x11" * 32)
+    worker = JobClient(client_for(anvil, 2), job_address)
+    worker.claim()
+    reader = ChainClient(anvil.url)
+    samples = {"uint": [0, 1], "address": [dev_account(2).address, dev_account(3).address], "bool": [True],
+               "bytes32": [b"\x11" * 32], "uint8": [0, 1]}
+    compared = encoded = 0
+    for name, address in (("TrainingJob", job_address), ("NodeRegistry", market.registry),
+                          ("JobFactory", market.factory)):
+        contract = reader.contract(name, address)
+        for abi in contract.abi:
+            if abi.get("type") != "function":
+                continue
+            kinds = ["uint" if i["type"].startswith("uint") and i["type"] != "uint8" else i["type"]
+                     for i in abi["inputs"]]
+            if any(kind not in samples for kind in kinds):
+                continue
+            for index in range(2):
+                args = [samples[kind][index % len(samples[kind])] for kind in kinds]
+                fn = contract.get_function_by_signature(
+                    f"{abi['name']}({','.join(i['type'] for i in abi['inputs'])})")(*args)
+                assert "0x" + call_data(reader.w3, fn).hex() == fn._encode_transaction_data()  # what a sender signs
+                encoded += 1
+                if abi.get("stateMutability") not in ("view", "pure"):
+                    continue
+                for block in ("latest", "pending"):
+                    try:
+                        expected: object = fn.call(block_identifier=block)
+                    except Exception as exc:  # noqa: BLE001 - a revert must stay a revert
+                        expected = type(exc)
+                    fast = fast_call(reader.w3, fn, block)
+                    if expected is not None and isinstance(expected, type):
+                        assert fast is FALLBACK, (abi["name"], args)
+                        continue
+                    assert fast == expected and type(fast) is type(expected), (abi["name"], args, fast, expected)
+                    compared += 1
+    assert compared >= 60 and encoded > compared // 2
+    with pytest.raises(ContractRevert) as refused:  # a read of a call that reverts (only the trainer publishes)
+        reader.call(reader.contract("TrainingJob", job_address).functions.publishPolicy(2, b"\x22" * 32))
+    assert refused.value.error_name == "NotTrainer"

@@ -26,6 +26,7 @@ from typing import Any
 import requests
 from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.artifacts import load_artifact
+from rollnet.node.chain.calls import FALLBACK, fast_call, fast_estimate
 from rollnet.node.chain.logs import EventDecoder
 from rollnet.node.chain.revert import decode_revert
 from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionTimeout, WrongChain
@@ -163,8 +164,11 @@ class ChainClient:
         return self._contracts[key]
 
     def call(self, fn: ContractFunction, block: int | str = "latest") -> Any:
+        """`fn`'s result at `block`, read without web3's per-call overhead where that answers the same
+        (`node.chain.calls`); reverts and anything unusual go through web3."""
         with rpc_errors(self.rpc_url):
-            return fn.call(block_identifier=block)
+            result = fast_call(self.w3, fn, block)
+            return fn.call(block_identifier=block) if result is FALLBACK else result
 
     def through_outage(self, read: Callable[[], Any]) -> Any:
         """`read()`, retried while the chain is unavailable, for up to `outage_seconds`: for reading what a mined
@@ -222,7 +226,12 @@ class ChainClient:
         or decides the round); gas not used is not paid."""
         base = {"from": self.address, "value": value, "chainId": self.chain_id}
         with rpc_errors(self.rpc_url):
-            gas = int(fn.estimate_gas(base, block_identifier="pending") * GAS_MARGIN) + 21_000 + headroom
+            fast = fast_estimate(self.w3, fn, self.address, value, "pending")
+            estimate = fast[1] if fast is not None else fn.estimate_gas(base, block_identifier="pending")
+        gas = int(estimate * GAS_MARGIN) + 21_000 + headroom
+        if fast is not None:  # the calldata is encoded once, as web3's build_transaction would encode it
+            data = "0x" + fast[0].hex()
+            return self._sign_and_send(lambda fields: {**base, "to": fn.address, "data": data, "gas": gas, **fields})
         return self._sign_and_send(lambda fields: fn.build_transaction({**base, "gas": gas, **fields}))
 
     def transfer(self, to: str, value: int) -> TxReceipt:
