@@ -22,6 +22,7 @@ from rollnet.node import toploc
 from rollnet.node.chain.job import Lease, LeaseStatus, Outcome
 from rollnet.node.p2p.objects import object_root
 from rollnet.node.rollout.generate import NormCapture, Rollout, generate
+from rollnet.node.rollout.submission import max_submission_bytes
 from rollnet.node.rollout.verify import LOGPROB_TOLERANCE, completion_bounds_problem, verify_rollouts
 from rollnet.node.tasks import load_task
 from rollnet.node.worker import leased_instances, submission_bytes
@@ -122,6 +123,8 @@ def test_honest_rollouts_pass_with_the_recipe_and_their_log_probs_are_the_prefil
     full = honest(policy, ignore_eos=True)
     assert all(len(r.tokens) == MAX_NEW for r in full)
     assert judge(policy, full, **{**RECIPE, "stop_on_eos": False}) == Check(True, "ok")
+    # Fetchers refuse a batch declaring more bytes than the spec allows: an honest one is well inside the bound.
+    assert len(submission_bytes(JOB, LEASE, WORKER, TASK, full, VERSION)) < max_submission_bytes(len(full), MAX_NEW)
     # A recipe at another temperature: the sampling and log-prob checks follow it.
     cool = honest(policy, temperature=0.5)
     assert judge(policy, cool, **{**RECIPE, "temperature": 0.5}) == Check(True, "ok")

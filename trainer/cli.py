@@ -34,7 +34,7 @@ from rollnet.node.model.identity import loaded_model_files_hash
 from rollnet.node.model.loading import load_policy, preset_of, resolve_model
 from rollnet.node.model.pinned import EMBEDDED_TASK, PRESETS
 from rollnet.node.p2p.anchors import model_files
-from rollnet.node.p2p.fetch import p2p_fetcher
+from rollnet.node.p2p.fetch import batch_fetcher
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.participant import register_trainer, serve_anchors, start_participant
 from rollnet.node.recipe import agree, recipe_task
@@ -249,7 +249,7 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
         for path in filter(None, (cli.data_dir / "p2p-addr", addr_file)):
             path.write_text(address + "\n")
         market = MarketTrainer(trainer, job_client, registry, node, SubmissionLedger(folder / "trainer.sqlite"),
-                               p2p_fetcher(node, registry), events, held_out_every=held_out_every,
+                               batch_fetcher(node, registry, job_client.spec()), events, held_out_every=held_out_every,
                                held_out_prompts=held_out_prompts, from_block=cli.deployment().deployed_at_block,
                                lease_book_path=book_file(folder, job_client.address, "trainer"))
         console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "

@@ -24,7 +24,7 @@ from rollnet.node.lease_book import book_file
 from rollnet.node.ledger import SubmissionLedger
 from rollnet.node.model.peer_source import job_model
 from rollnet.node.model.policies import StorePolicies
-from rollnet.node.p2p.fetch import p2p_fetcher
+from rollnet.node.p2p.fetch import batch_fetcher
 from rollnet.node.p2p.host import topics
 from rollnet.node.p2p.identity import load_or_create_identity
 from rollnet.node.p2p.prefetch import Prefetcher
@@ -91,7 +91,7 @@ def run(
         console.print(f"the job's model: {obtained.source}")
         task_def = recipe_task(recipe, tokenizer, task_flag=task)
         verdict_topic = topics(job_client.address)["verdict"]
-        prefetcher = Prefetcher(p2p_fetcher(node, registry))
+        prefetcher = Prefetcher(batch_fetcher(node, registry, spec))
         daemon = ValidatorDaemon(job_client, registry, account, task_def,
                                  StorePolicies(store, base, tokenizer, job_client.policy_root),
                                  prefetcher, SubmissionLedger(cli.data_dir / "validator.sqlite"),

@@ -17,10 +17,18 @@ from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from rollnet.node import toploc
 from rollnet.node.errors import ConfigError, RollnetError, first_validation_problem
-from rollnet.node.rollout.wire import RolloutBatch
+from rollnet.node.rollout.wire import MAX_PROMPT_TOKENS, RolloutBatch
 
 DOMAIN = b"rollnet-submission-v1"
+# Bytes of JSON an honest submission can spend, at most, on each part of one rollout (see `max_submission_bytes`).
+TOKEN_ID_JSON = len("4294967295,")  # the largest token id and its comma
+LOGPROB_JSON = len("-1.7976931348623157e+308,")  # the longest float repr and its comma
+TOKEN_TEXT_JSON = 6 * 256  # a token's text: up to 256 characters, each at worst a 6-character JSON escape
+PROOF_JSON = 2 * toploc.PROOF_BYTES + len('"",')  # one 32-position chunk's proof as quoted hex
+RECORD_JSON = 1024  # field names, seeds, reward, brackets
+SUBMISSION_JSON = 64 * 1024  # header, task name, policy root, signature
 
 
 class SubmissionError(RollnetError):
@@ -61,6 +69,17 @@ class Submission(BaseModel):
     def to_bytes(self) -> bytes:
         return json.dumps({"header": self.header.model_dump(), "batch": self.batch, "signature": self.signature},
                           sort_keys=True, separators=(",", ":")).encode()
+
+
+def max_submission_bytes(rollouts: int, max_new_tokens: int) -> int:
+    """The most bytes an honest signed submission of `rollouts` rollouts of at most `max_new_tokens` completion
+    tokens can take (a prompt of up to MAX_PROMPT_TOKENS; generous for each part). Fetchers refuse a manifest that
+    declares more before storing a byte, so a worker cannot fill a validator's or the trainer's disk with a batch
+    the job's spec could never produce."""
+    chunks = -(-max_new_tokens // toploc.CHUNK_TOKENS) + 1
+    per_rollout = (RECORD_JSON + MAX_PROMPT_TOKENS * TOKEN_ID_JSON
+                   + max_new_tokens * (TOKEN_ID_JSON + LOGPROB_JSON + TOKEN_TEXT_JSON) + chunks * PROOF_JSON)
+    return SUBMISSION_JSON + rollouts * per_rollout
 
 
 def _digest(header: SubmissionHeader, batch: dict) -> bytes:
