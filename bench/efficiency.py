@@ -24,6 +24,7 @@ ceilings that latency sets (`throughput_ceilings`: the staleness budget's, and t
 a fraction of (b): where one is below the goal, no stage but the latency can close the gap.
 
 Usage: python bench/efficiency.py [--model embedded,smollm2] [--quick] [--json PATH] [--steps N] [--out DIR]
+                                  [--tasks-per-lease N]
 """
 
 from __future__ import annotations
@@ -51,12 +52,16 @@ DEFAULT_STEPS = {EMBEDDED_MODEL: (40, 8)}  # (full, --quick); a real model: REAL
 REAL_STEPS = (6, 2)
 
 
-def market_config(model: str, out: Path, steps: int, max_staleness: int | None, block_time_s: int) -> DevnetConfig:
-    """The devnet run arm (c) makes: the model's devnet defaults, no baseline and no held-out evaluation inside."""
+def market_config(model: str, out: Path, steps: int, max_staleness: int | None, block_time_s: int,
+                  tasks_per_lease: int | None = None) -> DevnetConfig:
+    """The devnet run arm (c) makes: the model's devnet defaults (or `tasks_per_lease` prompts a lease), no
+    baseline and no held-out evaluation inside."""
     common: dict[str, object] = {"steps": steps, "held_out_every": 10**6, "baseline_steps": 0,
                                  "block_time_s": block_time_s}
     if max_staleness is not None:
         common["max_staleness"] = max_staleness
+    if tasks_per_lease is not None:
+        common["tasks_per_lease"] = tasks_per_lease
     if model == EMBEDDED_MODEL:
         return DevnetConfig(out=out, **common)  # type: ignore[arg-type]
     return DevnetConfig.real_model(out, model, REAL_MODEL_TASK, held_out_prompts=1, **common)
@@ -91,7 +96,8 @@ def market_arm(config: DevnetConfig, console: object) -> tuple[dict, dict]:
     row = {"seconds": report["run"]["seconds"], "trained_samples": report["samples"]["consumed_by_training"],
            "samples_with_signal": report["samples"]["trained_with_signal"],
            "samples_per_s": report["throughput"]["trained_samples_per_s"], "mean_g": report["staleness"]["mean_g"],
-           "max_g": report["staleness"]["max_g"], "run_dir": str(config.out), "block_time_s": config.block_time_s}
+           "max_g": report["staleness"]["max_g"], "run_dir": str(config.out), "block_time_s": config.block_time_s,
+           "tasks_per_lease": config.tasks_per_lease}
     return row, report
 
 
@@ -101,7 +107,8 @@ def measure_model(model: str, args: argparse.Namespace, console: object) -> dict
     steps = args.steps or (quick if args.quick else full)
     default_blocks = "0" if args.quick or model != EMBEDDED_MODEL else "0,2"
     block_times = [int(b) for b in (args.block_times or default_blocks).split(",")]
-    configs = {b: market_config(model, args.out / model / f"block-time-{b}", steps, args.max_staleness, b)
+    configs = {b: market_config(model, args.out / model / f"block-time-{b}", steps, args.max_staleness, b,
+                                args.tasks_per_lease)
                for b in block_times}
     first = configs[block_times[0]]
     recipe = first.local_recipe(first.model_folder())
@@ -180,7 +187,12 @@ def main() -> None:
     parser.add_argument("--block-times", default=None,
                         help="market arms' seconds between blocks, comma-separated (default 0,2 on the embedded "
                         "model; 0 with --quick or a real model)")
+    parser.add_argument("--tasks-per-lease", type=int, default=None,
+                        help="prompts a market lease holds (default: the model's devnet lease, 8 on the embedded "
+                        "model; 32 makes a lease one step's batch, as the local arms generate it)")
     args = parser.parse_args()
+    if args.tasks_per_lease is not None and not 1 <= args.tasks_per_lease <= 1024:
+        parser.error("--tasks-per-lease is 1..1024 (the job's bounds)")
     console = make_console()
     models = args.model.split(",")
     unknown = [m for m in models if m != EMBEDDED_MODEL and m not in PRESETS]

@@ -143,8 +143,8 @@ class MarketTrainer:
         (from the run loop and from the trainer's writing thread: one at a time)."""
         with self._publishing:
             version = self._persisted_version
-            if version == 0:
-                return
+            if version == 0 or (version <= self._on_chain and version in self._announcements):
+                return  # published and announced: nothing to ask the chain (the run loop calls this every pass)
             self.job.publish_up_to(version, self.trainer.store.roots.__getitem__, on_published=self._announce)
             self._on_chain = version
             if version not in self._announcements:
