@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Boolean, Integer, LargeBinary, String, create_engine, select
+from sqlalchemy import Boolean, Integer, LargeBinary, String, and_, create_engine, or_, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 
@@ -80,6 +80,14 @@ class Pending:
         return bool(self.accept) and self.audited is not None
 
 
+def _drawn() -> tuple[object, ...]:
+    return SubmissionRow.member_weight.is_not(None), SubmissionRow.member_weight != "0"
+
+
+def _sampled_accept_in_appeal() -> object:
+    return and_(SubmissionRow.accept.is_(True), SubmissionRow.audited.is_not(None), SubmissionRow.round > 0)
+
+
 class SubmissionLedger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +100,9 @@ class SubmissionLedger:
                     connection.exec_driver_sql(f"ALTER TABLE submissions ADD COLUMN {name} {kind}")
             # Rows a validator of the arbiter design had challenged (stage 1) are open work again.
             connection.exec_driver_sql("UPDATE submissions SET stage = 0 WHERE stage = 1")
+            # Each pass asks for a job's open rows: an index keeps that proportional to the open rows, not to
+            # every lease the job ever had.
+            connection.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_submissions_open ON submissions (job, stage)")
 
     def cursor(self, job: str) -> int:
         with Session(self.engine) as session:
@@ -99,13 +110,15 @@ class SubmissionLedger:
             return row.last_block if row else -1
 
     def record_events(self, job: str, submissions: list[tuple[int, bytes, str, int]], up_to_block: int,
-                      appeals: list[tuple[int, int]] = ()) -> None:
+                      appeals: list[tuple[int, int]] = ()) -> int:
         """Insert new submissions (lease, root, worker, version), move leases to appeal rounds (lease, round),
-        and move the cursor, atomically."""
+        and move the cursor, atomically; returns how many submissions were new."""
         job = job.lower()
+        inserted = 0
         with Session(self.engine) as session, session.begin():
             for lease_id, root, worker, version in submissions:
                 if session.get(SubmissionRow, (job, lease_id)) is None:
+                    inserted += 1
                     session.add(SubmissionRow(job=job, lease_id=lease_id, root=root, worker=worker,
                                               policy_version=version, accept=None, reason=None, attested=False,
                                               stage=OPEN, round=0, member_weight=None, voted_round=-1))
@@ -119,14 +132,18 @@ class SubmissionLedger:
                 session.add(Cursor(job=job, last_block=up_to_block))
             else:
                 cursor.last_block = max(cursor.last_block, up_to_block)
+        return inserted
 
     def _rows(self, job: str, *conditions: object) -> list[Pending]:
-        with Session(self.engine) as session:
-            rows = session.scalars(select(SubmissionRow).where(SubmissionRow.job == job.lower(), *conditions)
-                                   .order_by(SubmissionRow.lease_id))
-            return [Pending(r.job, r.lease_id, r.root, r.worker, r.policy_version, r.accept, r.reason, r.round,
-                            None if r.member_weight is None else int(r.member_weight), r.voted_round, r.audited)
-                    for r in rows]
+        """The job's rows meeting `conditions`, in lease order (plain column reads: no ORM objects)."""
+        table = SubmissionRow.__table__.c
+        query = (select(table.job, table.lease_id, table.root, table.worker, table.policy_version, table.accept,
+                        table.reason, table.round, table.member_weight, table.voted_round, table.audited)
+                 .where(table.job == job.lower(), *conditions).order_by(table.lease_id))
+        with self.engine.connect() as connection:
+            return [Pending(r[0], r[1], r[2], r[3], r[4], None if r[5] is None else bool(r[5]), r[6], r[7],
+                            None if r[8] is None else int(r[8]), r[9], r[10])
+                    for r in connection.execute(query)]
 
     def unjudged(self, job: str) -> list[Pending]:
         return self._rows(job, SubmissionRow.accept.is_(None))
@@ -140,6 +157,27 @@ class SubmissionLedger:
     def open_rows(self, job: str) -> list[Pending]:
         """Rows whose lease may still need this node (not final, or chores left)."""
         return self._rows(job, SubmissionRow.stage == OPEN)
+
+    def undrawn(self, job: str) -> list[Pending]:
+        """Open rows whose current round's committee this node has not placed itself on (or off) yet."""
+        return self._rows(job, SubmissionRow.stage == OPEN, SubmissionRow.member_weight.is_(None))
+
+    def to_judge(self, job: str) -> list[Pending]:
+        """Open rows of rounds that drew this node and want a verdict: none yet, or a sampled accept in an
+        appeal round (which verifies every rollout)."""
+        return self._rows(job, SubmissionRow.stage == OPEN, *_drawn(), or_(
+            SubmissionRow.accept.is_(None), _sampled_accept_in_appeal()))
+
+    def to_vote(self, job: str) -> list[Pending]:
+        """Open rows with a verdict, of rounds that drew this node and that it has not voted in (a sampled accept
+        in an appeal round is never voted: it is judged again first)."""
+        return self._rows(job, SubmissionRow.stage == OPEN, *_drawn(), SubmissionRow.accept.is_not(None),
+                          SubmissionRow.voted_round < SubmissionRow.round, ~_sampled_accept_in_appeal())
+
+    def contestable(self, job: str) -> list[Pending]:
+        """Open rows with a verdict of this node that is not a sampled accept (what an appeal may stand on)."""
+        return self._rows(job, SubmissionRow.stage == OPEN, SubmissionRow.accept.is_not(None),
+                          or_(SubmissionRow.accept.is_(False), SubmissionRow.audited.is_(None)))
 
     def _update(self, job: str, lease_id: int, **values: object) -> None:
         with Session(self.engine) as session, session.begin():

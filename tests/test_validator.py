@@ -211,6 +211,34 @@ def test_store_follows_rounds_forward_and_forgets_the_old_membership(tmp_path: P
     assert store.open_rows(JOB) == [] and len(store.all(JOB)) == 1
 
 
+def test_store_hands_each_stage_only_the_rows_it_has_work_on(tmp_path: Path) -> None:
+    """A pass asks the ledger per stage: rows not placed on a committee yet, rows to judge (no verdict, or a
+    sampled accept in an appeal round), rows to vote (a verdict, a round not voted, never a sampled accept in
+    an appeal round), and rows an appeal may stand on (never a sampled accept). Closed rows are in none."""
+    store = SubmissionLedger(tmp_path / "v.sqlite")
+    assert store.record_events(JOB, [(i, bytes([i]) * 32, OTHER.address, 2) for i in range(1, 7)], 10) == 6
+    assert store.record_events(JOB, [(6, b"\x06" * 32, OTHER.address, 2), (7, b"\x07" * 32, OTHER.address, 2)],
+                               11) == 1  # one new submission; the replayed one is not counted again
+    for lease_id, weight in ((1, 0), (2, 5), (3, 5), (4, 5), (5, 5)):
+        store.set_membership(JOB, lease_id, 0, weight)
+    store.record_verdict(JOB, 3, True, "ok", audited=8)  # a sampled accept in round 0: voted, not appealed on
+    store.record_verdict(JOB, 4, False, "task 1 sample 0: bad", audited=8)
+    store.mark_voted(JOB, 4, 0)
+    store.record_verdict(JOB, 5, True, "ok", audited=8)
+    store.record_events(JOB, [], 12, appeals=[(5, 1)])  # round 1 drew us again: judge it in full, never vote it
+    store.set_membership(JOB, 5, 1, 5)
+    store.close(JOB, 7)
+
+    def ids(rows: list) -> list[int]:
+        return [row.lease_id for row in rows]
+
+    assert ids(store.undrawn(JOB)) == [6]
+    assert ids(store.to_judge(JOB)) == [2, 5]
+    assert ids(store.to_vote(JOB)) == [3]
+    assert ids(store.contestable(JOB)) == [4]
+    assert ids(store.open_rows(JOB)) == [1, 2, 3, 4, 5, 6]
+
+
 @pytest.mark.parametrize(("data", "reason"), [
     (None, "unavailable"),
     (b"not json at all", "do not hash to the root"),

@@ -135,17 +135,19 @@ class ValidatorDaemon:
         """Fold the job's new events into the lease book (from its cursor, at first the deployment block, in
         bounded block ranges with one request each), recording each range's BatchSubmitted and Appealed events
         in the ledger before the book moves past it; returns how many submissions were new."""
-        before = len(self.store.all(self.job.address))
-        update = self._retrying(self.book.poll, self._record_range)
+        new = 0
+
+        def record_range(end: int, logs: list) -> None:
+            nonlocal new
+            rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"],
+                     e["args"]["policyVersion"]) for e in logs if e["event"] == "BatchSubmitted"]
+            appeals = [(e["args"]["leaseId"], e["args"]["round"]) for e in logs if e["event"] == "Appealed"]
+            new += self.store.record_events(self.job.address, rows, end, appeals=appeals)
+
+        update = self._retrying(self.book.poll, record_range)
         self._finished.update((entry.lease_id, entry) for entry in update.finished)
         self._now = self.book.now
-        return len(self.store.all(self.job.address)) - before
-
-    def _record_range(self, end: int, logs: list) -> None:
-        rows = [(e["args"]["leaseId"], bytes(e["args"]["root"]), e["args"]["worker"], e["args"]["policyVersion"])
-                for e in logs if e["event"] == "BatchSubmitted"]
-        appeals = [(e["args"]["leaseId"], e["args"]["round"]) for e in logs if e["event"] == "Appealed"]
-        self.store.record_events(self.job.address, rows, end, appeals=appeals)
+        return new
 
     def _view(self, lease_id: int) -> Lease | LeaseEntry:
         """The lease as the book describes it (no request), else as read from the chain once this round."""
@@ -156,9 +158,7 @@ class ValidatorDaemon:
         this validator sits on it: from the book's entry as the contract would (`rollnet.node.committee`: no
         request per lease), or, where the book cannot say (a lease it no longer holds), by asking the contract."""
         drawn = 0
-        for row in self.store.open_rows(self.job.address):
-            if row.member_weight is not None:
-                continue
+        for row in self.store.undrawn(self.job.address):
             lease = self._view(row.lease_id)
             weight = None
             if isinstance(lease, LeaseEntry):
@@ -176,9 +176,7 @@ class ValidatorDaemon:
     def judge_pending(self) -> int:
         judged = 0
         now = self._retrying(self._chain_time)
-        for pending in self.store.open_rows(self.job.address):
-            if not pending.member or (pending.accept is not None and not self._needs_full_audit(pending)):
-                continue
+        for pending in self.store.to_judge(self.job.address):
             lease = self._lease(pending.lease_id)
             if lease.round != pending.round:
                 continue  # the ledger has not followed an appeal yet
@@ -219,11 +217,6 @@ class ValidatorDaemon:
             judged += 1
         return judged
 
-    @staticmethod
-    def _needs_full_audit(pending: Pending) -> bool:
-        """A sampled accept, in an appeal round this validator sits on: that round verifies every rollout."""
-        return pending.sampled_accept and pending.round > 0
-
     def _audit(self, pending: Pending) -> list[int] | None:
         """The rollouts (lease order) this member verifies with the model (`member_audit`)."""
         return member_audit(self.spec, self.job.address, pending.lease_id, pending.round, self.account,
@@ -247,9 +240,7 @@ class ValidatorDaemon:
         self._leases = {}
         now = self._retrying(self._chain_time)
         done, votes = [], {}
-        for row in self.store.open_rows(self.job.address):
-            if not row.member or row.accept is None or row.voted_round >= row.round or self._needs_full_audit(row):
-                continue
+        for row in self.store.to_vote(self.job.address):
             lease = self._lease(row.lease_id)
             voted = row.round in self._retrying(self.job.ballot, row.lease_id, self.me)
             if voted or lease.round != row.round or lease.status is not LeaseStatus.VOTING or now > lease.deadline:
@@ -275,9 +266,9 @@ class ValidatorDaemon:
             return 0
         appealed = 0
         now = self._retrying(self._chain_time)
-        for row in self.store.open_rows(self.job.address):
-            if row.accept is None or is_unavailability(row.reason) or row.sampled_accept:
-                continue  # no verdict of ours (never drawn), only "we could not get the data", or only a sample
+        for row in self.store.contestable(self.job.address):  # a verdict of ours on the whole batch, or a reject
+            if is_unavailability(row.reason):
+                continue  # only "we could not get the data"
             lease = self._view(row.lease_id)
             if not appealable(lease, now, self.spec):
                 continue
@@ -304,7 +295,9 @@ class ValidatorDaemon:
         read from the chain."""
         now = self._retrying(self._chain_time)
         settled, closed = [], 0
-        for row in self.store.open_rows(self.job.address):
+        rows = self.store.open_rows(self.job.address)
+        still_open = {row.lease_id for row in rows}
+        for row in rows:
             lease = self._view(row.lease_id)
             if not lease.final:
                 if isinstance(lease, LeaseEntry):
@@ -319,11 +312,11 @@ class ValidatorDaemon:
                 report.penalized += self.keeper.penalize_absentees(lease, self._validators)
                 settled.append(row.lease_id)
             self.store.close(self.job.address, row.lease_id)
+            still_open.discard(row.lease_id)
             closed += 1
         self._finished.clear()  # every open row was read: what is left ended without a row (never submitted)
-        rows = {row.lease_id for row in self.store.open_rows(self.job.address)}
         for entry in self.book.open_leases():  # everyone's keeper of last resort: expired leases, dead workers
-            if entry.lease_id not in rows:
+            if entry.lease_id not in still_open:
                 self.keeper.act_in_turn(entry, now, self.keeper_grace_s)
         if closed:
             self.keeper.collect(settled)
