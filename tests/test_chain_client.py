@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -13,7 +14,7 @@ from rollnet.node.chain.anvil import AnvilProcess, free_port, start_anvil
 from rollnet.node.chain.client import ChainClient, fees_from_history
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
-from rollnet.node.errors import ChainUnavailable, ContractRevert, TransactionTimeout, WrongChain
+from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError, TransactionTimeout, WrongChain
 from rollnet.node.keys import dev_account
 from rollnet.node.p2p.identity import PeerIdentity
 
@@ -269,3 +270,95 @@ def test_fast_reads_answer_exactly_as_web3_does_for_every_view_of_the_contracts(
     with pytest.raises(ContractRevert) as refused:  # a read of a call that reverts (only the trainer publishes)
         reader.call(reader.contract("TrainingJob", job_address).functions.publishPolicy(2, b"\x22" * 32))
     assert refused.value.error_name == "NotTrainer"
+
+
+class _OneShotHTTP:
+    """A real loopback HTTP server that answers each connection's first JSON-RPC request and then closes it without
+    saying so (as a node's idle keep-alive timeout does), or, with `answer=False`, closes every connection unread;
+    with `status`, it answers that HTTP status."""
+
+    def __init__(self, answer: bool = True, status: int = 200):
+        import socket
+        self.answer, self.status = answer, status
+        self.connections = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with connection:
+                if not self.answer:
+                    continue
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += connection.recv(65536)
+                head, _, body = request.partition(b"\r\n\r\n")
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                while len(body) < length:
+                    body += connection.recv(65536)
+                payload = json.dumps({"jsonrpc": "2.0", "id": json.loads(body)["id"], "result": "0x7a69"}).encode()
+                connection.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                                   % (self.status, len(payload)) + payload)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_the_kept_alive_transport_resends_only_over_a_connection_the_server_closed_while_idle(
+        anvil: AnvilProcess) -> None:
+    """Requests share one kept-alive connection per thread (a real anvil answers 200 reads over a handful of
+    connections, one per thread, each answer right); a server that closes a connection after each answer costs a
+    re-send on a fresh connection, never an error; a server that closes fresh connections unanswered is a clear
+    `ChainUnavailable` after one try (a fresh connection's failure is never retried); a non-200 answer and a URL
+    that is not HTTP are clear errors too."""
+    client = ChainClient(anvil.url, request_timeout=5)
+    transport = client.w3.provider.transport
+    answers: list[int] = []
+
+    def read(index: int) -> None:
+        for _ in range(25):
+            answers.append(client.balance(dev_account(index).address))
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(answers) == 200 and all(balance > 0 for balance in answers)
+    assert client.requests["eth_getBalance"] == 200
+
+    closing = _OneShotHTTP()
+    try:
+        flaky = ChainClient(closing.url, request_timeout=5)  # asks eth_chainId: 0x7a69 is anvil's 31337
+        assert flaky.chain_id == 31337 and closing.connections == sum(flaky.requests.values())
+        for _ in range(4):
+            assert flaky.w3.provider.make_request("eth_blockNumber", [])["result"] == "0x7a69"
+            assert closing.connections == sum(flaky.requests.values())  # each re-sent once, on a fresh connection
+    finally:
+        closing.close()
+
+    silent = _OneShotHTTP(answer=False)
+    try:
+        with pytest.raises(ChainUnavailable, match="no Ethereum node answers"):
+            ChainClient(silent.url, request_timeout=5)
+        assert silent.connections == 1
+    finally:
+        silent.close()
+
+    refusing = _OneShotHTTP(status=502)
+    try:
+        with pytest.raises(ChainUnavailable, match="HTTP 502"):
+            ChainClient(refusing.url, request_timeout=5)
+    finally:
+        refusing.close()
+    with pytest.raises(RollnetError, match="http:// or https://"):
+        ChainClient("ws://127.0.0.1:1", request_timeout=5)
+    assert transport is client.w3.provider.transport

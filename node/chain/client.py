@@ -29,6 +29,7 @@ from rollnet.node.chain.artifacts import load_artifact
 from rollnet.node.chain.calls import FALLBACK, fast_call, fast_estimate
 from rollnet.node.chain.logs import EventDecoder
 from rollnet.node.chain.revert import decode_revert
+from rollnet.node.chain.transport import KeepAliveTransport
 from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionTimeout, WrongChain
 from web3 import Web3
 from web3.contract import Contract
@@ -49,15 +50,18 @@ class CountingHTTPProvider(Web3.HTTPProvider):
     """An HTTP provider that counts the JSON-RPC requests it sends, by method (`requests`), so a participant's
     load on its endpoint is measured rather than guessed; it answers eth_chainId (which web3 asks before every
     call and transaction it validates) from its cache, as the chain id never changes under a client (a wrong
-    chain is refused when the client starts)."""
+    chain is refused when the client starts); it sends each request on a kept-alive connection of its thread
+    (`node.chain.transport`), not through `requests`."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, cache_allowed_requests=True, cacheable_requests={"eth_chainId"}, **kwargs)
+    def __init__(self, rpc_url: str, timeout: float):
+        super().__init__(rpc_url, request_kwargs={"timeout": timeout}, exception_retry_configuration=None,
+                         cache_allowed_requests=True, cacheable_requests={"eth_chainId"})
         self.requests: Counter[str] = Counter()
+        self.transport = KeepAliveTransport(rpc_url, timeout)
 
     def _make_request(self, method: Any, request_data: bytes) -> bytes:
         self.requests[str(method)] += 1
-        return super()._make_request(method, request_data)
+        return self.transport.post(request_data)
 
 
 class NonceManager:
@@ -103,6 +107,8 @@ def rpc_errors(rpc_url: str) -> Iterator[None]:
         raise decode_revert(exc.data if isinstance(exc.data, str) else None) from None
     except (requests.ConnectionError, requests.Timeout, ConnectionError) as exc:
         raise ChainUnavailable(f"no Ethereum node answers at {rpc_url} ({type(exc).__name__})") from None
+    except requests.HTTPError as exc:  # a proxy in front of a node that is down (502, 503) or a wrong path
+        raise ChainUnavailable(f"no Ethereum node answers at {rpc_url}: {exc}") from None
     except Web3RPCError as exc:
         message = exc.rpc_response.get("error", {}).get("message") if exc.rpc_response else None
         raise RollnetError(f"the chain refused the request: {message or exc}") from None
@@ -127,9 +133,10 @@ class ChainClient:
         self.outage_seconds = outage_seconds
         if request_timeout is None:
             request_timeout = float(os.environ.get(TIMEOUT_ENV, "10"))
-        provider = CountingHTTPProvider(
-            rpc_url, request_kwargs={"timeout": request_timeout}, exception_retry_configuration=None
-        )
+        try:
+            provider = CountingHTTPProvider(rpc_url, request_timeout)
+        except ValueError as exc:
+            raise RollnetError(str(exc)) from None
         self.w3 = Web3(provider)
         self.requests = provider.requests  # JSON-RPC requests sent, by method
         with rpc_errors(rpc_url):
