@@ -550,6 +550,55 @@ def test_a_one_chunk_object_is_asked_for_outright_and_a_provider_without_it_cost
     assert not lone.store.complete(root)
 
 
+def test_a_one_chunk_object_comes_with_its_manifest_in_one_stream_and_a_bad_inline_chunk_costs_a_retry(
+        swarm: Swarm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-chunk object's chunk rides on the manifest reply: one stream per fetch, not two. A provider whose
+    inline chunk fails the manifest's hash counts a fault, and the object comes whole from another provider; a
+    provider that answers the manifest alone (as one without the inline reply would) costs the usual chunk
+    request, at no fault."""
+    requests: list[tuple[str, str, bool]] = []
+    request = transfer.ObjectFetcher._request
+
+    async def counted(self: transfer.ObjectFetcher, peer: str, body: dict) -> object:
+        requests.append((peer, body["op"], bool(body.get("inline"))))
+        return await request(self, peer, body)
+
+    monkeypatch.setattr(transfer.ObjectFetcher, "_request", counted)
+    honest, liar, fetcher = swarm.node("honest"), swarm.node("liar"), swarm.node("fetcher")
+    fetcher.connect([honest.addr, liar.addr])
+    data = os.urandom(80_000)
+    root = honest.store.put(data)
+    report = fetcher.fetch(root, [honest.peer_id])
+    assert fetcher.store.read(root) == data and report.by_provider == {honest.peer_id: 1} and report.retries == 0
+    assert requests == [(honest.peer_id, "manifest", True)]
+
+    liar.store.put(data)
+    with open(liar.store.folder / root.hex() / "data", "r+b") as handle:
+        handle.write(b"\xff" * 64)
+    second = swarm.node("second")
+    second.connect([liar.addr, honest.addr])
+    requests.clear()
+    report = second.fetch(root, [liar.peer_id, honest.peer_id])
+    assert second.store.read(root) == data and report.retries >= 1 and report.by_provider == {honest.peer_id: 1}
+    assert requests[0] == (liar.peer_id, "manifest", True)
+
+    send_chunks = transfer.ObjectServer._send_chunks
+
+    async def manifest_only(self: transfer.ObjectServer, stream: object, root_: bytes, count: int, indices: object,
+                            remote: str) -> None:
+        if requests and requests[-1][1] == "manifest":
+            return  # the reply ends after the manifest
+        await send_chunks(self, stream, root_, count, indices, remote)
+
+    monkeypatch.setattr(transfer.ObjectServer, "_send_chunks", manifest_only)
+    third = swarm.node("third")
+    third.connect([honest.addr])
+    requests.clear()
+    report = third.fetch(root, [honest.peer_id])
+    assert third.store.read(root) == data and report.retries == 0
+    assert requests == [(honest.peer_id, "manifest", True), (honest.peer_id, "chunks", False)]
+
+
 def test_a_manifest_declaring_more_than_the_fetch_allows_is_refused_before_a_byte_is_stored(swarm: Swarm) -> None:
     """A worker chooses the size its batch's manifest declares (up to 64 GiB). Validators and the trainer fetch with
     the most an honest batch of the job can take (`batch_fetcher`): a liar's 1 GiB manifest is refused at once,

@@ -2,6 +2,8 @@
 
 Protocol `/rollnet/object/1.0.0`, one request per stream, JSON request frame then binary response frames:
   {"op": "manifest", "root": hex}         -> frame: status byte (0 ok, 1 missing, 2 busy) + manifest
+  {"op": "manifest", "root": hex, "inline": true} -> the same frame; then, for a one-chunk object, the frame a
+                                             "chunks" request for chunk 0 would get (same upload limits)
   {"op": "have", "root": hex}             -> frame: status byte + bitmap of verified chunks (bit i of byte i//8)
   {"op": "chunks", "root": hex, "index": [i, ...]} -> per index a frame: status byte + u32 index + chunk
 Invariants: a server sends at most `max_uploads` chunk streams at once, at most half of them to one peer
@@ -14,7 +16,8 @@ so does one (given `min_rate`) still unfinished `timeout` + min(size, `RATE_SIZE
 its manifest came, so a provider that trickles chunks just inside `timeout` cannot hold a fetcher for chunks x
 `timeout`, however large a size its manifest declares (an object above the cap must come faster);
 chunks already on disk are never fetched again (resume); a peer holding part of an object serves that part
-(pipelining).
+(pipelining); a one-chunk object's chunk comes with its manifest (one stream per small fetch, not two), and
+is stored only once that manifest passed the fetch's size bounds and the chunk matches it.
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ class ObjectServer:
             return
         if op == "manifest":
             await write_frame(stream, bytes([OK]) + manifest.pack())
+            if request.get("inline") is True and manifest.chunk_count == 1:
+                await self._send_chunks(stream, root, 1, [0], remote)  # a small object in one stream, not two
         elif op == "have":
             await write_frame(stream, bytes([OK]) + bitmap(self.store.have(root), manifest.chunk_count))
         else:
@@ -124,6 +129,14 @@ class ProviderState:
     busy_until: float = 0.0
 
 
+@dataclass(frozen=True)
+class Inline:
+    """What a provider sent along with a one-chunk object's manifest: a status byte and, when OK, chunk 0."""
+    peer: str
+    status: bytes
+    data: bytes
+
+
 @dataclass
 class FetchReport:
     root: bytes
@@ -164,18 +177,48 @@ class ObjectFetcher:
                     pass
 
     async def manifest(self, root: bytes, providers: list[str]) -> Manifest:
+        manifest, _ = await self._manifest(root, providers, inline=False)
+        return manifest
+
+    def _check_bounds(self, root: bytes, manifest: Manifest) -> None:
+        if self.max_size is not None and manifest.size > self.max_size:
+            raise ObjectError(f"object {root.hex()[:16]} declares {manifest.size} bytes, more than the "
+                              f"{self.max_size} this fetch allows")
+        if manifest.chunk_size > CHUNK_SIZE:  # a provider's frames are read whole: never more than a store's chunk
+            raise ObjectError(f"object {root.hex()[:16]} declares chunks of {manifest.chunk_size} bytes, more than "
+                              f"the {CHUNK_SIZE} objects are cut into")
+
+    async def _manifest(self, root: bytes, providers: list[str], inline: bool) -> tuple[Manifest, Inline | None]:
+        """The object's manifest, from the store or the first provider that serves a valid one; with `inline`, also
+        what that provider sent along for a one-chunk object (its reply to a chunk request, unverified yet). A
+        manifest beyond this fetch's bounds raises before any chunk is read."""
         known = self.store.manifest(root)
         if known is not None:
-            return known
+            return known, None
+        request = {"op": "manifest", "root": root.hex(), **({"inline": True} if inline else {})}
         for peer in providers:
             stream = None
             try:
-                stream = await self._request(peer, {"op": "manifest", "root": root.hex()})
+                stream = await self._request(peer, request)
                 body = await read_frame(stream, MAX_MANIFEST + 1, self.timeout)
-                if body[:1] == bytes([OK]):
-                    return Manifest.unpack(body[1:], root)
+                manifest = Manifest.unpack(body[1:], root) if body[:1] == bytes([OK]) else None
             except Exception as exc:  # noqa: BLE001 - any provider failure means: ask the next one
                 log.info("manifest of %s from %s failed: %s", root.hex()[:12], peer, exc)
+                manifest = None
+            try:
+                if manifest is None:
+                    continue
+                if not inline:
+                    return manifest, None
+                self._check_bounds(root, manifest)
+                if manifest.chunk_count != 1:
+                    return manifest, None
+                try:
+                    frame = await read_frame(stream, 5 + min(manifest.chunk_size, manifest.size), self.timeout)
+                except Exception as exc:  # noqa: BLE001 - nothing came along: fetched the usual way, at no fault
+                    log.info("chunk of %s did not come with its manifest from %s: %s", root.hex()[:12], peer, exc)
+                    return manifest, None
+                return manifest, Inline(peer, frame[:1], frame[5:] if frame[1:5] == struct.pack(">I", 0) else b"")
             finally:
                 await self._close(stream)
         raise ObjectError(f"no provider served a valid manifest for {root.hex()[:16]}")
@@ -195,21 +238,33 @@ class ObjectFetcher:
     async def fetch(self, root: bytes, providers: list[str],
                     progress: Callable[[int], None] | None = None) -> FetchReport:
         """Fetch until the object is complete; raises ObjectError when every provider has failed."""
-        manifest = await self.manifest(root, providers)
-        if self.max_size is not None and manifest.size > self.max_size:
-            raise ObjectError(f"object {root.hex()[:16]} declares {manifest.size} bytes, more than the "
-                              f"{self.max_size} this fetch allows")
-        if manifest.chunk_size > CHUNK_SIZE:  # a provider's frames are read whole: never more than a store's chunk
-            raise ObjectError(f"object {root.hex()[:16]} declares chunks of {manifest.chunk_size} bytes, more than "
-                              f"the {CHUNK_SIZE} objects are cut into")
+        manifest, first = await self._manifest(root, providers, inline=True)
+        self._check_bounds(root, manifest)  # (again: a manifest already in the store was never checked by this fetch)
         largest_chunk = min(manifest.chunk_size, manifest.size)
         self.store.begin(root, manifest)
+        report = FetchReport(root, 0, 0, 0, {})
+        if first is not None and first.status == bytes([OK]):
+            try:
+                await trio.to_thread.run_sync(self.store.write_chunk, root, 0, first.data)
+                report.chunks_fetched, report.bytes_fetched, report.by_provider[first.peer] = 1, len(first.data), 1
+                if progress:
+                    progress(0)
+            except ObjectError as exc:  # a bad chunk: that provider counts a fault, and the usual fetch follows
+                report.retries += 1
+                log.info("chunk 0 of %s from %s refused: %s", root.hex()[:12], first.peer, exc)
+            if self.store.complete(root):
+                return report
         # A one-chunk object is asked for outright: a "have" query would cost a stream to learn one bit. A provider
         # without the chunk (or without the object) answers MISSING, which drops it from `have`, at no fault, and
         # the usual queries follow.
         assumed = {0} if manifest.chunk_count == 1 else set()
         states = [ProviderState(peer, set(assumed)) for peer in dict.fromkeys(providers)]
-        report = FetchReport(root, 0, 0, 0, {})
+        for state in states:
+            if first is not None and state.peer == first.peer:
+                if report.retries:
+                    state.failures += 1
+                elif first.status == bytes([MISSING]):
+                    state.have = set()  # it holds the manifest only: asked "have" later, not chunk 0 again
         in_flight: set[int] = set()
         wake = trio.Event()
 
