@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollnet.node.chain.client import LOG_RANGE_BLOCKS
@@ -216,7 +216,7 @@ class LeaseBook:
         if self.state_path is None:
             return
         state = {"job": self.job.address, "from_block": self.from_block, "worker": self.worker, "cursor": self.cursor,
-                 "enlisted": list(self.enlisted), "leases": [asdict(entry) for entry in self.leases.values()]}
+                 "enlisted": list(self.enlisted), "leases": [vars(entry) for entry in self.leases.values()]}  # (the fields as `asdict` gives them, uncopied)
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.state_path.with_name(f"{self.state_path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(state))

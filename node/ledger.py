@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Boolean, Integer, LargeBinary, String, and_, create_engine, or_, select
+from sqlalchemy import Boolean, Integer, LargeBinary, String, and_, create_engine, event, or_, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 
@@ -88,10 +88,21 @@ def _sampled_accept_in_appeal() -> object:
     return and_(SubmissionRow.accept.is_(True), SubmissionRow.audited.is_not(None), SubmissionRow.round > 0)
 
 
+def _write_ahead(connection: object, _record: object) -> None:
+    """Each connection writes through SQLite's write-ahead log, synced at every commit (`synchronous=FULL`): a
+    commit is as durable as with the rollback journal, at a fraction of its cost (no journal file made, synced and
+    deleted per transaction), and a pass's reads never wait for another process's write."""
+    cursor = connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.close()
+
+
 class SubmissionLedger:
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         self.engine = create_engine(f"sqlite:///{path}")
+        event.listen(self.engine, "connect", _write_ahead)
         Base.metadata.create_all(self.engine)
         with self.engine.begin() as connection:
             columns = {row[1] for row in connection.exec_driver_sql("PRAGMA table_info(submissions)")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -272,17 +273,21 @@ def test_fast_reads_answer_exactly_as_web3_does_for_every_view_of_the_contracts(
     assert refused.value.error_name == "NotTrainer"
 
 
-class _OneShotHTTP:
-    """A real loopback HTTP server that answers each connection's first JSON-RPC request and then closes it without
-    saying so (as a node's idle keep-alive timeout does), or, with `answer=False`, closes every connection unread;
-    with `status`, it answers that HTTP status."""
+class _ScriptedHTTP:
+    """A real loopback HTTP server that answers JSON-RPC requests with `0x7a69` (or `body`, with HTTP `status`), and
+    on each connection, by `mode`: `"idle-close"` answers the first request and closes (as a node's idle keep-alive
+    timeout does); `"drop-second"` answers the first, then reads the second and closes unanswered (a node that took
+    a request and died); `"silent"` closes every connection unread. It records each request's method and
+    headers."""
 
-    def __init__(self, answer: bool = True, status: int = 200):
+    def __init__(self, mode: str = "idle-close", status: int = 200, body: bytes | None = None):
         import socket
-        self.answer, self.status = answer, status
+        self.mode, self.status, self.body = mode, status, body
         self.connections = 0
+        self.received: list[tuple[str, dict[str, str]]] = []
         self.server = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.port = self.server.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
@@ -294,31 +299,44 @@ class _OneShotHTTP:
                 return
             self.connections += 1
             with connection:
-                if not self.answer:
+                if self.mode == "silent":
                     continue
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    request += connection.recv(65536)
-                head, _, body = request.partition(b"\r\n\r\n")
-                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                                  if line.lower().startswith(b"content-length")))
-                while len(body) < length:
-                    body += connection.recv(65536)
-                payload = json.dumps({"jsonrpc": "2.0", "id": json.loads(body)["id"], "result": "0x7a69"}).encode()
-                connection.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                                   % (self.status, len(payload)) + payload)
+                buffered = b""
+                for served in range(2 if self.mode == "drop-second" else 1):
+                    request_id, buffered = self._read_request(connection, buffered)
+                    if served == 1:
+                        break  # taken, never answered
+                    payload = self.body or json.dumps({"jsonrpc": "2.0", "id": request_id, "result": "0x7a69"}).encode()
+                    connection.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                                       % (self.status, len(payload)) + payload)
+
+    def _read_request(self, connection: object, buffered: bytes) -> tuple[object, bytes]:
+        request = buffered
+        while b"\r\n\r\n" not in request:
+            request += connection.recv(65536)  # type: ignore[attr-defined]
+        head, _, body = request.partition(b"\r\n\r\n")
+        headers = dict(line.decode().split(": ", 1) for line in head.split(b"\r\n")[1:])
+        length = int(headers["Content-Length"])
+        while len(body) < length:
+            body += connection.recv(65536)  # type: ignore[attr-defined]
+        message = json.loads(body[:length])
+        self.received.append((message["method"], headers))
+        return message["id"], body[length:]
+
+    def methods(self) -> list[str]:
+        return [method for method, _ in self.received]
 
     def close(self) -> None:
         self.server.close()
 
 
-def test_the_kept_alive_transport_resends_only_over_a_connection_the_server_closed_while_idle(
+def test_the_kept_alive_transport_resends_only_reads_and_only_over_a_connection_the_server_dropped(
         anvil: AnvilProcess) -> None:
     """Requests share one kept-alive connection per thread (a real anvil answers 200 reads over a handful of
-    connections, one per thread, each answer right); a server that closes a connection after each answer costs a
-    re-send on a fresh connection, never an error; a server that closes fresh connections unanswered is a clear
-    `ChainUnavailable` after one try (a fresh connection's failure is never retried); a non-200 answer and a URL
-    that is not HTTP are clear errors too."""
+    connections, one per thread, each answer right). A connection the server closed while idle is replaced before
+    a request goes out on it. A read whose reused connection is dropped under it goes once more on a fresh one; a
+    transaction never goes twice (the node may have taken it): its failure is `ChainUnavailable`, and the server saw
+    it once. A fresh connection's failure is never retried."""
     client = ChainClient(anvil.url, request_timeout=5)
     transport = client.w3.provider.transport
     answers: list[int] = []
@@ -334,18 +352,34 @@ def test_the_kept_alive_transport_resends_only_over_a_connection_the_server_clos
         thread.join()
     assert len(answers) == 200 and all(balance > 0 for balance in answers)
     assert client.requests["eth_getBalance"] == 200
+    assert transport is client.w3.provider.transport
 
-    closing = _OneShotHTTP()
+    idle_closing = _ScriptedHTTP("idle-close")
     try:
-        flaky = ChainClient(closing.url, request_timeout=5)  # asks eth_chainId: 0x7a69 is anvil's 31337
-        assert flaky.chain_id == 31337 and closing.connections == sum(flaky.requests.values())
+        flaky = ChainClient(idle_closing.url, request_timeout=5)  # asks eth_chainId: 0x7a69 is anvil's 31337
+        assert flaky.chain_id == 31337
         for _ in range(4):
-            assert flaky.w3.provider.make_request("eth_blockNumber", [])["result"] == "0x7a69"
-            assert closing.connections == sum(flaky.requests.values())  # each re-sent once, on a fresh connection
+            time.sleep(0.05)  # the server's close reaches us while the connection is idle
+            assert flaky.rpc("eth_blockNumber", []) == "0x7a69"
+        # every request went out once, each on a fresh connection: the closed one was never written to
+        assert idle_closing.methods().count("eth_blockNumber") == 4
+        assert idle_closing.connections == len(idle_closing.received)
     finally:
-        closing.close()
+        idle_closing.close()
 
-    silent = _OneShotHTTP(answer=False)
+    dropping = _ScriptedHTTP("drop-second")
+    try:
+        node = ChainClient(dropping.url, request_timeout=5)
+        assert node.rpc("eth_blockNumber", []) == "0x7a69"  # dropped under it on the reused connection: re-sent
+        assert dropping.methods()[-2:] == ["eth_blockNumber", "eth_blockNumber"]
+        assert node.rpc("eth_blockNumber", []) == "0x7a69"  # the same again: the third connection has answered once
+        with pytest.raises(ChainUnavailable, match="no Ethereum node answers"):
+            node.rpc("eth_sendRawTransaction", ["0x00"])  # taken, then dropped: never sent a second time
+        assert dropping.methods().count("eth_sendRawTransaction") == 1
+    finally:
+        dropping.close()
+
+    silent = _ScriptedHTTP("silent")
     try:
         with pytest.raises(ChainUnavailable, match="no Ethereum node answers"):
             ChainClient(silent.url, request_timeout=5)
@@ -353,12 +387,42 @@ def test_the_kept_alive_transport_resends_only_over_a_connection_the_server_clos
     finally:
         silent.close()
 
-    refusing = _OneShotHTTP(status=502)
+
+def test_the_transport_tells_an_outage_from_a_mistake_and_bounds_what_it_reads() -> None:
+    """5xx, 408 and 429 mean the node is away or overloaded (`ChainUnavailable`, ridden out); another status is
+    a clear mistake at once (a JSON-RPC error body says what the node refused); credentials in the URL become
+    Basic auth and never reach the Host header or a message; an answer over the client's bound is refused."""
+    for status in (502, 503, 429):
+        refusing = _ScriptedHTTP(status=status)
+        try:
+            with pytest.raises(ChainUnavailable, match=f"HTTP {status}"):
+                ChainClient(refusing.url, request_timeout=5)
+        finally:
+            refusing.close()
+    locked = _ScriptedHTTP(status=401, body=b"unauthorized")
     try:
-        with pytest.raises(ChainUnavailable, match="HTTP 502"):
-            ChainClient(refusing.url, request_timeout=5)
+        with pytest.raises(RollnetError, match="HTTP 401 X: check its URL and credentials") as refused:
+            ChainClient(locked.url.replace("http://", "http://alice:s%3Acret@"), request_timeout=5)
+        assert not isinstance(refused.value, ChainUnavailable) and "s%3Acret" not in str(refused.value)
+        ((_, headers),) = locked.received
+        assert headers["Host"] == f"127.0.0.1:{locked.port}"
+        assert headers["Authorization"] == "Basic " + base64.b64encode(b"alice:s:cret").decode()
     finally:
-        refusing.close()
+        locked.close()
+    rpc_error = json.dumps({"jsonrpc": "2.0", "id": 0, "error": {"code": -32600, "message": "bad request"}})
+    invalid = _ScriptedHTTP(status=400, body=rpc_error.encode())
+    try:
+        with pytest.raises(RollnetError, match="the chain refused the request: bad request"):
+            ChainClient(invalid.url, request_timeout=5)
+    finally:
+        invalid.close()
+    chatty = _ScriptedHTTP()
+    try:
+        client = ChainClient(chatty.url, request_timeout=5)
+        client.w3.provider.transport.max_response_bytes = 32
+        with pytest.raises(RollnetError, match="over the 32 bytes this client reads"):
+            client.rpc("eth_blockNumber", [])
+    finally:
+        chatty.close()
     with pytest.raises(RollnetError, match="http:// or https://"):
         ChainClient("ws://127.0.0.1:1", request_timeout=5)
-    assert transport is client.w3.provider.transport

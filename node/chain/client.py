@@ -29,7 +29,7 @@ from rollnet.node.chain.artifacts import load_artifact
 from rollnet.node.chain.calls import FALLBACK, fast_call, fast_estimate
 from rollnet.node.chain.logs import EventDecoder
 from rollnet.node.chain.revert import decode_revert
-from rollnet.node.chain.transport import KeepAliveTransport
+from rollnet.node.chain.transport import KeepAliveTransport, shown_url
 from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionTimeout, WrongChain
 from web3 import Web3
 from web3.contract import Contract
@@ -61,7 +61,7 @@ class CountingHTTPProvider(Web3.HTTPProvider):
 
     def _make_request(self, method: Any, request_data: bytes) -> bytes:
         self.requests[str(method)] += 1
-        return self.transport.post(request_data)
+        return self.transport.post(request_data, str(method))
 
 
 class NonceManager:
@@ -106,9 +106,9 @@ def rpc_errors(rpc_url: str) -> Iterator[None]:
     except ContractLogicError as exc:
         raise decode_revert(exc.data if isinstance(exc.data, str) else None) from None
     except (requests.ConnectionError, requests.Timeout, ConnectionError) as exc:
-        raise ChainUnavailable(f"no Ethereum node answers at {rpc_url} ({type(exc).__name__})") from None
-    except requests.HTTPError as exc:  # a proxy in front of a node that is down (502, 503) or a wrong path
-        raise ChainUnavailable(f"no Ethereum node answers at {rpc_url}: {exc}") from None
+        raise ChainUnavailable(f"no Ethereum node answers at {shown_url(rpc_url)} ({type(exc).__name__})") from None
+    except requests.HTTPError as exc:  # a proxy in front of a node that is down or overloaded (502, 503, 429)
+        raise ChainUnavailable(f"no Ethereum node answers at {shown_url(rpc_url)}: {exc}") from None
     except Web3RPCError as exc:
         message = exc.rpc_response.get("error", {}).get("message") if exc.rpc_response else None
         raise RollnetError(f"the chain refused the request: {message or exc}") from None
@@ -143,7 +143,8 @@ class ChainClient:
             self.chain_id = self.w3.eth.chain_id
         if expected_chain_id is not None and self.chain_id != expected_chain_id:
             raise WrongChain(
-                f"the chain at {rpc_url} has id {self.chain_id}, but the deployment is on chain {expected_chain_id}"
+                f"the chain at {shown_url(rpc_url)} has id {self.chain_id}, but the deployment is on chain "
+                f"{expected_chain_id}"
             )
         self._nonces = NonceManager(self.w3, account.address) if account else None
         self._fees: dict[str, int] | None = None
