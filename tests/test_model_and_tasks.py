@@ -38,7 +38,7 @@ def test_model_init_builds_a_loadable_model_that_solves_a_real_fraction(model_ho
 # by CPU vendor as well as by instruction set, so the test builds it twice: once as this machine's MKL dispatches,
 # once with MKL told it runs on an Intel CPU (its vendor check answered by a preloaded library). An AMD machine
 # then builds what an Intel one does; an Intel machine builds its own bits twice.
-TEN_STEP_ROOT = "e74b06516a6b86e2981248d12c137e56b236d155d973ee7c9559e7b86ad120ad"
+TEN_STEP_ROOT = "f5a4fc305c644a92bf7b8683bbd5081eb20aa8acf2498392049c08a8f52b352a"
 MKL_SAYS_INTEL = "int mkl_serv_intel_cpu_true(void) { return 1; }\nint mkl_serv_intel_cpu(void) { return 1; }\n"
 
 
@@ -76,6 +76,45 @@ def test_a_recipe_builds_the_same_weights_every_time_on_every_machine(tmp_path: 
         monkeypatch.delenv("LD_PRELOAD")
         without_shim = load_metadata(build_default_model(tmp_path / "d", recipe))["bf16_content_root"]
         assert with_shim != without_shim
+
+
+def test_a_warm_up_step_uses_no_operator_whose_bits_the_cpu_chooses() -> None:
+    """MKL's vector math rounds sqrt, rsqrt, cos, sin... to within an ulp, with kernels picked by CPU (an Intel
+    Sapphire Rapids core rounded 15% of float32 square roots otherwise than the correctly rounded root, and
+    built other 10-step weights than the AMD machines). A warm-up step (forward, backward, AdamW) of the
+    pinned model calls none of ATen's VML-backed operators, and its forward pass is the stock model's within
+    float rounding."""
+    import collections
+
+    import numpy as np
+    import torch
+    from rollnet.node.model.warmup_arithmetic import VML_BACKED_OPS, PinnedAdamW, exact_sqrt, pin_model
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    values = torch.rand(1 << 16) * 10 + 1e-3
+    assert torch.equal(exact_sqrt(values), torch.sqrt(values.double()).float())  # correctly rounded
+    task, tokenizer, model = builder._skeleton(Recipe())
+    ids, labels = builder._batch(task, tokenizer, range(32))
+    stock = model(input_ids=ids, labels=labels)
+    pin_model(model)
+    optimizer = PinnedAdamW(model.parameters(), lr=1e-3)
+    called: collections.Counter = collections.Counter()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            called[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    before = [p.detach().clone() for p in model.parameters()]
+    with Record():
+        pinned = model(input_ids=ids, labels=labels)
+        optimizer.zero_grad()
+        pinned.loss.backward()
+        optimizer.step()
+    assert {"aten.mm", "aten.addcdiv_", "aten._scaled_dot_product_flash_attention_for_cpu_backward"} <= set(called)
+    assert not set(called) & VML_BACKED_OPS, sorted(set(called) & VML_BACKED_OPS)
+    assert np.allclose(stock.logits.detach().numpy(), pinned.logits.detach().numpy(), atol=1e-5)
+    assert all(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
 
 
 def test_the_default_build_has_the_pinned_root(model_home: Path) -> None:

@@ -13,7 +13,10 @@ also by CPU vendor (on an Intel CPU it runs other GEMM kernels than on an AMD on
 is allowed), and intra-op splits differ by thread count. So every warm-up runs in a child process pinned to
 the AVX2 kernels in ATen and oneDNN, MKL's vendor-independent reproducible branch (`MKL_CBWR=COMPATIBLE`:
 SSE2 code, the same on Intel and AMD, about 1.6x slower here), and `BUILD_THREADS` threads
-(`PINNED_ARITHMETIC`), and the default recipe is not trained at all unless asked (`rebuild`): its reference
+(`PINNED_ARITHMETIC`). MKL's vector math (sqrt, rsqrt, cos, sin... on tensors) is not covered by that branch
+and rounds by CPU, so the warm-up uses none of it (`warmup_arithmetic`: numpy's correctly rounded square root
+in AdamW and RMSNorm, rotary tables from the C library's double cos and sin). The default recipe is not trained
+at all unless asked (`rebuild`): its reference
 build ships with rollnet (`reference/`) and is materialised after its bf16 content root is checked against
 EMBEDDED_ROOT, so every machine starts the job from the same bits.
 """
@@ -37,10 +40,11 @@ from rollnet.node.errors import ConfigError
 from rollnet.node.model.identity import folder_model_files_hash, model_eos_token_ids
 from rollnet.node.model.pinned import EMBEDDED_FILES_HASH, EMBEDDED_ROOT, EMBEDDED_TASK
 from rollnet.node.model.tokenizer import build_char_tokenizer
+from rollnet.node.model.warmup_arithmetic import PinnedAdamW, pin_model
 from rollnet.node.tasks import Task, load_task
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-RECIPE_VERSION = 3  # 3: MKL's vendor-independent branch in the pinned arithmetic
+RECIPE_VERSION = 4  # 3: MKL's vendor-independent branch in the pinned arithmetic; 4: no MKL vector math
 METADATA = "rollnet-model.json"
 REFERENCE = Path(__file__).with_name("reference")  # the default recipe's reference build
 REFERENCE_WEIGHTS = REFERENCE / "addition-2digit.safetensors"
@@ -228,7 +232,8 @@ def _materialize_reference(folder: Path) -> Path:
 def _build(folder: Path, recipe: Recipe) -> Path:
     """The warm-up itself (run by the child process `build_default_model` starts)."""
     task, tokenizer, model = _skeleton(recipe)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.0)
+    pin_model(model)  # no MKL vector math in the forward pass (warmup_arithmetic)
+    optimizer = PinnedAdamW(model.parameters(), lr=recipe.lr)
     held_out = range(10**9, 10**9 + 200)
     started, step, accuracy = time.monotonic(), 0, 0.0
     while step < recipe.max_steps:
