@@ -1,10 +1,10 @@
-"""What one policy version costs a follower (a worker or validator) on the embedded model, by stage, side by side:
+"""What one policy version costs a follower (a worker or validator) on the embedded model, side by side:
 the dropped model reused for the next version (nothing else holds it) against a copy of the base model for
 every version (a caller holds the last four models it was given, so the one the cache drops is still held and
 cannot be reused; as many models stay alive as in the other arm, give or take one).
 
-Versions: real GRPO-style updates of the embedded model (its reference build, AdamW at lr 1e-5 on its own
-greedy answers' cross-entropy), published by a trainer's PolicyStore as signed deltas and added to a
+Versions: real updates of the embedded model (its reference build; AdamW at lr 1e-5 on the cross-entropy of
+addition prompts with their answers), published by a trainer's PolicyStore as signed deltas and added to a
 follower's store, as `PolicyFollower` does. Per version the follower applies the delta to the head's weights
 (signature, section hashes, every tensor against the signed root), checks the root against the published
 one, and loads the weights into a model (`StorePolicies`). CPU seconds, one thread.

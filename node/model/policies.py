@@ -8,8 +8,8 @@ Reaching a new version costs the deltas since the newest version reached (kept a
 not every delta since the store's anchor: a follower's store holds only the job's base as an anchor, so
 rebuilding from it would cost a whole run's deltas at every version. A model the cache drops is reused for the
 next version only when nothing else holds it (its reference count says so), so a model a caller still holds
-never changes under it; otherwise the new version gets a copy of the base model. Nothing is pruned here: a validator may
-still need an old version (an appeal, a late draw), so every version stays reachable from the base.
+never changes under it; otherwise the new version gets a copy of the base model. Nothing is pruned here: a
+validator may still need an old version (an appeal, a late draw), so every version stays reachable from the base.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ class StorePolicies:
     def __call__(self, version: int) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
         if version not in self._models:
             tensors, verified = self._weights(version)
-            if (verified or content_root(tensors)) != self.published_root(version):
+            root = verified if verified is not None else content_root(tensors)
+            if root != self.published_root(version):
                 self._head = None
                 raise ConfigError(f"policy version {version} in {self.store.folder} differs from the root "
                                   "published on chain")
