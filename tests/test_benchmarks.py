@@ -37,14 +37,6 @@ def test_delta_benchmark_quick(tmp_path: Path) -> None:
             assert row["ratio_ours"] <= row["ratio_entropy_bound"] * 1.0001
 
 
-def test_follower_benchmark_quick(tmp_path: Path, model_home: Path) -> None:
-    """Both arms apply the same real deltas; only the arm whose caller lets models go reuses them."""
-    report = run_bench("follower", tmp_path, {"ROLLNET_HOME": str(model_home)})
-    copied, reused = report["rows"]
-    assert copied["reused"] == 0 and 0 < reused["reused"] < reused["versions"]
-    assert all(row["ms_per_version"] > 0 and row["delta_bytes_median"] > 0 for row in report["rows"])
-
-
 def test_gas_benchmark_quick(tmp_path: Path) -> None:
     report = run_bench("gas", tmp_path)
     rows = report["rows"]

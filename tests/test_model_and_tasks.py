@@ -79,41 +79,41 @@ def test_a_recipe_builds_the_same_weights_every_time_on_every_machine(tmp_path: 
 
 
 def test_a_warm_up_step_uses_no_operator_whose_bits_the_cpu_chooses() -> None:
-    """MKL's vector math rounds sqrt, rsqrt, cos, sin... to within an ulp, with kernels picked by CPU (an Intel
-    Sapphire Rapids core rounded 15% of float32 square roots otherwise than the correctly rounded root, and
-    built other 10-step weights than the AMD machines). A warm-up step (forward, backward, AdamW) of the
-    pinned model calls none of ATen's VML-backed operators, and its forward pass is the stock model's within
-    float rounding."""
-    import collections
+    """MKL's vector math rounds sqrt, cos, sin... to within an ulp, with kernels picked by CPU (an Intel Sapphire
+    Rapids core rounded 15% of float32 square roots otherwise than the correctly rounded root, and built other
+    10-step weights than the AMD machines). A warm-up step (forward, backward, AdamW) of the pinned model and a
+    greedy evaluation (which decides the early stop) call none of ATen's VML-backed operators, nested calls
+    included (the profiler records those), and the pinned forward is the stock model's within float rounding,
+    also past the config's 256 positions."""
+    import math
+    import struct
 
     import numpy as np
     import torch
     from rollnet.node.model.warmup_arithmetic import VML_BACKED_OPS, PinnedAdamW, exact_sqrt, pin_model
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.profiler import ProfilerActivity, profile
 
-    values = torch.rand(1 << 16) * 10 + 1e-3
-    # correctly rounded: a float's square root taken exactly rounded in double, then rounded to float, is
-    assert np.array_equal(exact_sqrt(values).numpy(), np.sqrt(values.numpy().astype(np.float64)).astype(np.float32))
+    values = torch.rand(4096) * 10 + 1e-3
+    as_float = [struct.unpack("f", struct.pack("f", math.sqrt(v)))[0] for v in values.tolist()]
+    assert exact_sqrt(values).tolist() == as_float  # correctly rounded (a double root rounded to float is)
     task, tokenizer, model = builder._skeleton(Recipe())
     ids, labels = builder._batch(task, tokenizer, range(32))
     stock = model(input_ids=ids, labels=labels)
+    long = torch.randint(0, model.config.vocab_size, (1, 300))
+    stock_long = model(input_ids=long).logits
     pin_model(model)
+    assert torch.allclose(model(input_ids=long).logits, stock_long, atol=1e-5)
     optimizer = PinnedAdamW(model.parameters(), lr=1e-3)
-    called: collections.Counter = collections.Counter()
-
-    class Record(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            called[str(func.overloadpacket)] += 1
-            return func(*args, **(kwargs or {}))
-
     before = [p.detach().clone() for p in model.parameters()]
-    with Record():
+    with profile(activities=[ProfilerActivity.CPU]) as recorded:
         pinned = model(input_ids=ids, labels=labels)
         optimizer.zero_grad()
         pinned.loss.backward()
         optimizer.step()
-    assert {"aten.mm", "aten.addcdiv_", "aten._scaled_dot_product_flash_attention_for_cpu_backward"} <= set(called)
-    assert not set(called) & VML_BACKED_OPS, sorted(set(called) & VML_BACKED_OPS)
+        builder.greedy_accuracy(model, tokenizer, task, range(10**9, 10**9 + 8))
+    called = {event.key for event in recorded.key_averages()}
+    assert {"aten::mm", "aten::addcdiv_", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"} <= called
+    assert not called & VML_BACKED_OPS, sorted(called & VML_BACKED_OPS)
     assert np.allclose(stock.logits.detach().numpy(), pinned.logits.detach().numpy(), atol=1e-5)
     assert all(not torch.equal(a, b.detach()) for a, b in zip(before, model.parameters(), strict=True))
 

@@ -58,7 +58,8 @@ PINNED_ARITHMETIC = {"ATEN_CPU_CAPABILITY": "avx2", "DNNL_MAX_CPU_ISA": "AVX2", 
                      "MKL_NUM_THREADS": str(BUILD_THREADS)}
 # Variables that would change that arithmetic if the caller's environment passed them on: never inherited.
 UNPINNED_ARITHMETIC = ("MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE", "MKL_DYNAMIC", "MKL_THREADING_LAYER",
-                       "MKL_DOMAIN_NUM_THREADS", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE")
+                       "MKL_DOMAIN_NUM_THREADS", "ONEDNN_DEFAULT_FPMATH_MODE", "DNNL_DEFAULT_FPMATH_MODE",
+                       "GLIBC_TUNABLES")  # glibc's tunables could pick other libm variants (the rotary table's cos)
 log = logging.getLogger("rollnet.node.model.builder")  # the same name in the pinned child
 
 

@@ -5,8 +5,9 @@ bit for bit from the recipe under the builder's pinned arithmetic).
 Invariant: `EMBEDDED_ROOT` and `EMBEDDED_FILES_HASH` are the weights' root and the config-and-tokenizer
 identity (`model.identity`) that `build_default_model` produces for the default build recipe (the test
 `test_the_default_build_has_the_pinned_root` holds the reference build to both; its warm-up calls no MKL
-vector math, whose last bits differ by CPU: see `model.warmup_arithmetic` and BENCHMARKS.md); a job spec naming the embedded model for its
-default task without a model_root (and model_files_hash) pins these on chain. `PRESETS` does the same for
+vector math, whose last bits differ by CPU: see `model.warmup_arithmetic` and BENCHMARKS.md); a job spec
+naming the embedded model for its default task without a model_root (and model_files_hash) pins these on
+chain. `PRESETS` does the same for
 the real checkpoints rollnet converts itself (`model.loading.PRESET_BUILDERS`), whatever the task: a spec
 naming one without a model_root pins its root and files hash (the test `test_the_smollm2_preset_has_the_pinned_identity`
 converts it and holds it to both).

@@ -6,16 +6,13 @@ published for v (computed in fp32, as workers run them); a store that lacks v, o
 the chain's root, is a ConfigError, never a silently wrong policy. The last few versions stay cached.
 Reaching a new version costs the deltas since the newest version reached (kept as the store's bf16 weights),
 not every delta since the store's anchor: a follower's store holds only the job's base as an anchor, so
-rebuilding from it would cost a whole run's deltas at every version. A model the cache drops is reused for the
-next version only when nothing else holds it (its reference count says so), so a model a caller still holds
-never changes under it; otherwise the new version gets a copy of the base model. Nothing is pruned here: a
-validator may still need an old version (an appeal, a late draw), so every version stays reachable from the base.
+rebuilding from it would cost a whole run's deltas at every version. Nothing is pruned here: a validator may
+still need an old version (an appeal, a late draw), so every version stays reachable from the base.
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -41,7 +38,6 @@ class StorePolicies:
         self.cache = cache
         self._models: OrderedDict[int, PreTrainedModel] = OrderedDict()
         self._head: tuple[int, dict[str, torch.Tensor]] | None = None  # the newest version reached, its weights
-        self.reused = 0  # versions that took over a dropped model instead of copying the base
 
     def _weights(self, version: int) -> tuple[dict[str, torch.Tensor], bytes | None]:
         """`version`'s bf16 weights: the newest version reached, moved on by the deltas since, where they lead
@@ -69,28 +65,17 @@ class StorePolicies:
     def __call__(self, version: int) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
         if version not in self._models:
             tensors, verified = self._weights(version)
-            root = verified if verified is not None else content_root(tensors)
+            root = verified if verified is not None else content_root(tensors)  # advancing hashed every tensor
             if root != self.published_root(version):
                 self._head = None
                 raise ConfigError(f"policy version {version} in {self.store.folder} differs from the root "
                                   "published on chain")
-            model = self._spare_model() or copy.deepcopy(self.base).eval()
+            model = copy.deepcopy(self.base).eval()
             with torch.no_grad():
                 for name, tensor in model.state_dict().items():
                     tensor.copy_(tensors[name])
             self._models[version] = model
+            while len(self._models) > self.cache:
+                self._models.popitem(last=False)
         self._models.move_to_end(version)
         return self._models[version], self.tokenizer
-
-    def _spare_model(self) -> PreTrainedModel | None:
-        """Make room for one more model; the one dropped, if nothing but this call refers to it (a caller still
-        holding it, or a backend built on it, keeps it out of reach)."""
-        spare = None
-        while self._models and len(self._models) >= self.cache:
-            _, dropped = self._models.popitem(last=False)
-            # two references: `dropped` and getrefcount's argument
-            spare = dropped if sys.getrefcount(dropped) == 2 else spare
-            del dropped
-        if spare is not None:
-            self.reused += 1
-        return spare

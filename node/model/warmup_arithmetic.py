@@ -11,16 +11,17 @@ model and optimiser use:
   rounded root, and every x86 `sqrtps` gives it);
 - RMSNorm's reciprocal square root: 1 / that root (two correctly rounded operations), with the gradient
   -0.5 * grad * r^3 from products alone;
-- the rotary embedding's cos and sin: a table over every position, each entry the float32 rounding of the
-  C library's double `cos`/`sin` of the float32 angle position * inv_freq (inv_freq likewise from the
-  double `pow`); a double result one ulp off would change the float32 rounding about once in 2^29 entries,
-  and the table has 256 x head_dim of them.
+- the rotary embedding's cos and sin: a table over positions (grown as sequences need), each entry the
+  float32 rounding of the C library's double `cos`/`sin` of the float32 angle position * inv_freq (the
+  module's own inv_freq); a double result one ulp off would change the float32 rounding about once in 2^29
+  entries, and the table has 256 x head_dim of them.
 
 Invariant: a warm-up step under `pin_model` and `PinnedAdamW` calls none of ATen's VML-backed operators
-(tests/test_model_and_tasks.py traces one step), so with MKL's BLAS pinned to its vendor-independent branch
-(`builder.PINNED_ARITHMETIC`) and ATen pinned to its AVX2 kernels, its floating-point results are the same
-on every x86-64 CPU with AVX2 and FMA. The model saved afterwards is an ordinary Qwen2 checkpoint: the
-replacements are instance attributes, never written.
+(tests/test_model_and_tasks.py profiles one step and a greedy evaluation), so with MKL's BLAS pinned to its
+vendor-independent branch and ATen to its AVX2 kernels, Sleef's vector exp and log included
+(`builder.PINNED_ARITHMETIC`), its floating-point results are the same on every x86-64 CPU with AVX2 and FMA.
+The model saved afterwards is an ordinary Qwen2 checkpoint: the replacements are instance attributes, never
+written.
 """
 
 from __future__ import annotations
@@ -33,12 +34,11 @@ import torch
 from transformers import Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm, Qwen2RotaryEmbedding
 
-# ATen operators that reach MKL's vector math for float tensors (aten/src/ATen/cpu/vml.h): the warm-up uses none.
-VML_BACKED_OPS = frozenset({
-    "aten.sqrt", "aten.rsqrt", "aten.exp", "aten.expm1", "aten.log", "aten.log10", "aten.log1p", "aten.log2",
-    "aten.sin", "aten.cos", "aten.tan", "aten.tanh", "aten.asin", "aten.acos", "aten.atan", "aten.erf",
-    "aten.erfc", "aten.erfinv", "aten.trunc", "aten.lgamma",
-})
+# ATen operators (as the profiler names them) that reach MKL's vector math for float tensors, or may
+# (aten/src/ATen/cpu/vml.h): the warm-up uses none.
+VML_BACKED_OPS = frozenset(f"aten::{name}{suffix}" for name in (
+    "sqrt", "rsqrt", "exp", "expm1", "log", "log10", "log1p", "log2", "sin", "cos", "tan", "tanh", "asin", "acos",
+    "atan", "erf", "erfc", "erfinv", "trunc", "lgamma") for suffix in ("", "_"))
 
 
 def exact_sqrt(tensor: torch.Tensor) -> torch.Tensor:
@@ -68,22 +68,37 @@ def _rms_norm(norm: Qwen2RMSNorm, hidden_states: torch.Tensor) -> torch.Tensor:
     return norm.weight * hidden_states.to(input_dtype)
 
 
-def rotary_tables(rotary: Qwen2RotaryEmbedding) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of position * inv_freq for every position the config allows, shape (positions, head_dim)."""
-    config = rotary.config
-    if rotary.rope_type != "default":
-        raise ValueError(f"the warm-up's rotary tables implement default RoPE, not {rotary.rope_type!r}")
-    base = float(config.rope_parameters["rope_theta"])
-    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    exponents = [float(np.float32(i) / np.float32(dim)) for i in range(0, dim, 2)]
-    inv_freq = np.float32(1.0) / np.array([math.pow(base, e) for e in exponents], dtype=np.float32)
-    positions = np.arange(config.max_position_embeddings, dtype=np.float32)
-    angles = positions[:, None] * inv_freq[None, :]  # float32 products, as the model's forward forms them
-    angles = np.concatenate([angles, angles], axis=1)
-    cos = np.array([[math.cos(float(a)) for a in row] for row in angles], dtype=np.float32)
-    sin = np.array([[math.sin(float(a)) for a in row] for row in angles], dtype=np.float32)
-    scale = np.float32(rotary.attention_scaling)
-    return torch.from_numpy(cos * scale), torch.from_numpy(sin * scale)
+class RotaryTable:
+    """cos and sin of position * inv_freq, one row per position, grown on demand (a long sequence needs more
+    rows than `max_position_embeddings`, as the stock module allows). inv_freq is the module's own buffer,
+    so angles are the float32 products the stock forward forms."""
+
+    def __init__(self, rotary: Qwen2RotaryEmbedding):
+        if rotary.rope_type != "default":
+            raise ValueError(f"the warm-up's rotary tables implement default RoPE, not {rotary.rope_type!r}")
+        self.inv_freq = rotary.inv_freq.detach().to(torch.float32).numpy().copy()
+        self.scale = np.float32(rotary.attention_scaling)
+        self.cos = torch.empty(0, 2 * len(self.inv_freq))
+        self.sin = torch.empty(0, 2 * len(self.inv_freq))
+        self.grow(rotary.config.max_position_embeddings)
+
+    def grow(self, positions: int) -> None:
+        """Rows for positions 0 .. positions-1 (rows already computed stay as they are)."""
+        have = self.cos.shape[0]
+        if positions <= have:
+            return
+        angles = np.arange(have, positions, dtype=np.float32)[:, None] * self.inv_freq[None, :]
+        angles = np.concatenate([angles, angles], axis=1)
+        cos = np.array([[math.cos(float(a)) for a in row] for row in angles], dtype=np.float32) * self.scale
+        sin = np.array([[math.sin(float(a)) for a in row] for row in angles], dtype=np.float32) * self.scale
+        self.cos = torch.cat([self.cos, torch.from_numpy(cos)])
+        self.sin = torch.cat([self.sin, torch.from_numpy(sin)])
+
+    def __call__(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if position_ids.numel() and int(position_ids.min()) < 0:
+            raise ValueError("negative position ids")
+        self.grow(int(position_ids.max()) + 1 if position_ids.numel() else 0)
+        return self.cos[position_ids].to(dtype=x.dtype), self.sin[position_ids].to(dtype=x.dtype)
 
 
 def pin_model(model: Qwen2ForCausalLM) -> Qwen2ForCausalLM:
@@ -92,13 +107,7 @@ def pin_model(model: Qwen2ForCausalLM) -> Qwen2ForCausalLM:
         if isinstance(module, Qwen2RMSNorm):
             module.forward = _rms_norm.__get__(module)  # type: ignore[method-assign]
         elif isinstance(module, Qwen2RotaryEmbedding):
-            cos, sin = rotary_tables(module)
-
-            def rotary(x: torch.Tensor, position_ids: torch.Tensor, cos: torch.Tensor = cos,
-                       sin: torch.Tensor = sin) -> tuple[torch.Tensor, torch.Tensor]:
-                return cos[position_ids].to(dtype=x.dtype), sin[position_ids].to(dtype=x.dtype)
-
-            module.forward = rotary  # type: ignore[method-assign]
+            module.forward = RotaryTable(module)  # type: ignore[method-assign]
     return model
 
 
