@@ -215,8 +215,9 @@ class LeaseBook:
     def _save(self) -> None:
         if self.state_path is None:
             return
+        # (each entry's fields as `asdict` gives them, uncopied)
         state = {"job": self.job.address, "from_block": self.from_block, "worker": self.worker, "cursor": self.cursor,
-                 "enlisted": list(self.enlisted), "leases": [vars(entry) for entry in self.leases.values()]}  # (the fields as `asdict` gives them, uncopied)
+                 "enlisted": list(self.enlisted), "leases": [vars(entry) for entry in self.leases.values()]}
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.state_path.with_name(f"{self.state_path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(state))

@@ -123,6 +123,28 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
                 lease = job.client.through_outage(partial(job.lease, lease.lease_id))
 
 
+def submit_through_outage(job: JobClient, lease_id: int, root: bytes, policy_version: int) -> None:
+    """Submit a prepared batch's root, riding out a chain outage for up to the client's outage bound. The batch is
+    work already done: dropping it to an outage would leave its lease to expire, costing its holder the expiry fee
+    and the pay. A send that failed before it was signed (the estimate, the fees) is simply sent again; if an
+    earlier copy was mined after all, the chain holding this root for this lease and holder counts as submitted."""
+    tries = 0
+
+    def send() -> None:
+        nonlocal tries
+        tries += 1
+        try:
+            job.submit(lease_id, root, policy_version)
+        except ContractRevert as exc:
+            if tries > 1 and exc.error_name == "WrongStatus":
+                lease = job.lease(lease_id)
+                if lease.root == root and lease.worker.lower() == job.client.address.lower():
+                    return  # an earlier copy, whose receipt the outage withheld, was mined
+            raise
+
+    job.client.through_outage(send)
+
+
 def prepare_batch(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,
                   store: ObjectStore, *, policy_version: int, policy_root: str, delay_s: float = 0.0,
                   tamper: Tamper = HONEST, timings: dict[str, float] | None = None) -> SubmittedLease:
@@ -155,7 +177,7 @@ def work_lease(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, b
     done = prepare_batch(job, lease, worker, task, backend, store, policy_version=policy_version,
                          policy_root=policy_root, delay_s=delay_s, tamper=tamper, timings=timings)
     sent = time.perf_counter()
-    job.submit(lease.lease_id, done.root, policy_version)
+    submit_through_outage(job, lease.lease_id, done.root, policy_version)
     if timings is not None:
         timings["submit_s"] = time.perf_counter() - sent
     return done
@@ -322,7 +344,7 @@ class WorkerLoop:
         None if the lease was lost meanwhile."""
         sent = time.perf_counter()
         try:
-            self.job.submit(done.lease_id, done.root, version)
+            submit_through_outage(self.job, done.lease_id, done.root, version)
         except ContractRevert as exc:
             if exc.error_name not in LOST_LEASE_REVERTS:
                 raise

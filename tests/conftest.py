@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,6 +61,22 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def client_for(anvil: AnvilProcess, index: int) -> ChainClient:
     return ChainClient(anvil.url, dev_account(index))
+
+
+def freeze_in_background(anvil: AnvilProcess, seconds: float) -> threading.Thread:
+    """Freeze anvil (SIGSTOP) for `seconds` on a thread; returns once it is frozen, with the thread to join."""
+    frozen = threading.Event()
+
+    def freeze() -> None:
+        os.kill(anvil.pid, signal.SIGSTOP)
+        frozen.set()
+        time.sleep(seconds)
+        os.kill(anvil.pid, signal.SIGCONT)
+
+    thaw = threading.Thread(target=freeze)
+    thaw.start()
+    frozen.wait()
+    return thaw
 
 
 def advance_time(client: ChainClient, seconds: int) -> None:

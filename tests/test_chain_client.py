@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import threading
 import time
 
 import pytest
-from conftest import ETH, client_for
+from conftest import ETH, client_for, freeze_in_background
 from rollnet.node.chain.anvil import AnvilProcess, free_port, start_anvil
 from rollnet.node.chain.client import ChainClient, fees_from_history
 from rollnet.node.chain.registry import RegistryClient, Role
@@ -188,25 +186,12 @@ def test_a_read_after_our_own_transaction_rides_out_a_frozen_chain(anvil: AnvilP
     """What a worker reads right after its claim (the lease it now holds) waits for a frozen endpoint to come back
     within the outage bound, and fails clearly past it: a mined claim is never dropped for a read."""
     client = ChainClient(anvil.url, dev_account(1), request_timeout=0.5, outage_seconds=30)
-    frozen = threading.Event()
-
-    def freeze(seconds: float) -> None:
-        os.kill(anvil.pid, signal.SIGSTOP)
-        frozen.set()
-        time.sleep(seconds)
-        os.kill(anvil.pid, signal.SIGCONT)
-
     before = client.block_number()
-    thaw = threading.Thread(target=freeze, args=(3.0,))
-    thaw.start()
-    frozen.wait()
+    thaw = freeze_in_background(anvil, 3.0)
     assert client.through_outage(client.block_number) == before  # answered once the chain came back
     thaw.join()
     impatient = ChainClient(anvil.url, request_timeout=0.5, outage_seconds=1)
-    frozen.clear()
-    thaw = threading.Thread(target=freeze, args=(4.0,))
-    thaw.start()
-    frozen.wait()
+    thaw = freeze_in_background(anvil, 4.0)
     try:
         with pytest.raises(ChainUnavailable, match="no Ethereum node answers"):
             impatient.through_outage(impatient.block_number)  # past its bound: a clear error

@@ -314,6 +314,10 @@ def test_the_run_survives_a_trainer_restart_and_a_frozen_chain(tmp_path: Path, m
             submits = [e["args"]["leaseId"] for e in chain_events(net, "BatchSubmitted")
                        if e["args"]["worker"] == address]
             assert sorted(submits) == sorted(e["lease"] for e in events_of(net, name, "submit"))
+            # Every claim was submitted or said lost: none silently dropped (a submission meeting the frozen chain
+            # once was, and its lease expired at the honest worker's cost).
+            lost = {e.get("lease") for e in events_of(net, name, "lost_lease")}
+            assert set(claims) <= set(submits) | lost, sorted(set(claims) - set(submits) - lost)
         assert int(max(report["staleness"]["histogram"], key=int)) <= config.max_staleness
         votes = Counter((e["args"]["leaseId"], e["args"]["round"], e["args"]["validator"])
                         for e in chain_events(net, "Voted"))

@@ -4,18 +4,20 @@ appeals, collateral, pull payments, and peer-ID proofs."""
 from __future__ import annotations
 
 import pytest
-from conftest import ETH, REPO, advance_time, client_for
+from conftest import ETH, REPO, advance_time, client_for, freeze_in_background
 from rollnet.node.chain.anvil import AnvilProcess
+from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
-from rollnet.node.errors import ContractRevert
+from rollnet.node.errors import ChainUnavailable, ContractRevert
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import AppealRewards, Keeper
+from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
-from rollnet.node.worker import claim_with_seed
+from rollnet.node.worker import claim_with_seed, submit_through_outage
 
 WORKER, VALIDATOR_A, VALIDATOR_B, LATECOMER, REQUESTER = 1, 2, 3, 4, 0
 PAY = 64 * 10**15  # 8 tasks x 8 completions x 0.001 ETH
@@ -242,3 +244,26 @@ def test_a_worker_whose_appeal_won_claims_the_losers_stakes_however_late_they_re
     advance_time(worker.client, rewards.watch_s + 1)
     rewards.collect(worker.client.now())
     assert not rewards.pending  # watched for a bounded time, then forgotten
+
+
+def test_a_prepared_batch_is_submitted_through_a_frozen_chain_not_dropped(anvil: AnvilProcess, job: str) -> None:
+    """A worker whose submission meets an outage (anvil SIGSTOPped past the request timeout) sends it once the
+    chain is back: the batch is work done, and dropping it would leave the lease to expire, costing the honest
+    worker the expiry fee and the pay. The bare transaction fails on the same outage (what the worker did before)."""
+    worker = JobClient(ChainClient(anvil.url, dev_account(WORKER), request_timeout=0.5, outage_seconds=30), job)
+    first, second = claim_with_seed(worker), claim_with_seed(worker)
+    for lease, send in ((first, None), (second, submit_through_outage)):
+        thaw = freeze_in_background(anvil, 3.0)
+        try:
+            if send is None:
+                with pytest.raises(ChainUnavailable):
+                    worker.submit(lease.lease_id, b"\x44" * 32, 1)
+            else:
+                send(worker, lease.lease_id, b"\x55" * 32, 1)
+        finally:
+            thaw.join()
+    assert worker.lease(first.lease_id).status is LeaseStatus.LEASED  # the bare send's batch was never submitted
+    kept = worker.lease(second.lease_id)
+    assert (kept.status, kept.root, kept.policy_version) == (LeaseStatus.VOTING, b"\x55" * 32, 1)
+    submitted = worker.client.events(worker.contract, "BatchSubmitted", 0)
+    assert [e["args"]["leaseId"] for e in submitted] == [second.lease_id]  # sent once

@@ -28,7 +28,6 @@ import base64
 import http.client
 import json
 import select
-import socket
 import threading
 from urllib.parse import unquote, urlsplit
 
@@ -95,7 +94,7 @@ class KeepAliveTransport:
                 if reused and method not in NOT_IDEMPOTENT:
                     continue  # a read over a connection the server dropped: once more, on a fresh one
                 raise requests.ConnectionError(f"{self.url} closed the connection ({type(exc).__name__})") from None
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:  # (socket.timeout is its alias)
                 self._drop()
                 raise requests.Timeout(f"{self.url} did not answer within {self.timeout} s") from None
             except (OSError, http.client.HTTPException) as exc:

@@ -73,6 +73,7 @@ def settle(net: Devnet, console: Console, wait_s: float = 90.0) -> None:
     """Wind down like a requester whose training is done: close the job (no new claims; workers keep
     serving), let committees decide every batch in flight, stop everyone, then, as the keeper anyone may be,
     move the chain's clock past every appeal window and settle each lease (paid, slashed, void or returned),
+    on a chain with a block time mining each settling transaction at once (nobody else is left to wait for),
     slash the voters who lost, and sweep the escrow that settling released back to the requester."""
     job = net.job_client()
     job.close()
@@ -91,14 +92,21 @@ def settle(net: Devnet, console: Console, wait_s: float = 90.0) -> None:
     now = job.client.now()
     if last >= now:  # nobody is left to act: the keeper fast-forwards the local chain past every window
         job.client.rpc("evm_increaseTime", [last - now + 1])
-    job.client.rpc("evm_mine", [])
-    keeper = Keeper(job, EventLog(None), spec)
-    now = job.client.now()
-    for lease in open_leases:
-        keeper.act(job.lease(lease.lease_id), now)
-    for lease in open_leases:
-        keeper.slash_losers(lease.lease_id)
-    job.close()
+    block_time = net.config.block_time_s
+    if block_time:  # ... and mines its own settling at once (one transaction a lease, each a block's wait)
+        job.client.rpc("evm_setAutomine", [True])
+    try:
+        job.client.rpc("evm_mine", [])
+        keeper = Keeper(job, EventLog(None), spec)
+        now = job.client.now()
+        for lease in open_leases:
+            keeper.act(job.lease(lease.lease_id), now)
+        for lease in open_leases:
+            keeper.slash_losers(lease.lease_id)
+        job.close()
+    finally:
+        if block_time:
+            job.client.rpc("evm_setIntervalMining", [block_time])
     console.print("settled: every lease paid, slashed, void or returned after its appeal window; escrow refunded")
 
 

@@ -193,7 +193,8 @@ class Devnet:
     # ------------------------------------------------------------------ setting up
 
     def start(self) -> Devnet:
-        """Chain, contracts, the job, stakes, then the trainer and (once it listens) everyone else."""
+        """Chain, contracts, the job, the trainer (starting up while the others stake), then, once it listens,
+        everyone else."""
         config = self.config
         config.check()
         config.out.mkdir(parents=True, exist_ok=True)
@@ -210,13 +211,14 @@ class Devnet:
         for person in self.participants.values():
             person.data_dir.mkdir(parents=True, exist_ok=True)
             self.deployment.save(person.data_dir)
+        self.launch("trainer")  # it starts up (seconds) while the others stake
+        for person in self.participants.values():
             if person.role in ("worker", "validator", "cheater"):
                 identity = load_or_create_identity(person.data_dir)
                 registry = RegistryClient(ChainClient(self.anvil.url, dev_account(person.account)),
                                           self.deployment.registry)
                 role = Role.VALIDATOR if person.role == "validator" else Role.WORKER
                 registry.join(identity, role, config.stake_eth * ETH)
-        self.launch("trainer")
         bootstrap = self._trainer_addr()
         for person in self.participants.values():
             if person.role != "trainer":
