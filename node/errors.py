@@ -25,6 +25,11 @@ class ChainUnavailable(RollnetError):
     """The chain endpoint does not answer."""
 
 
+class TransactionNotSent(ChainUnavailable):
+    """The chain stopped answering before a transaction was signed (its gas estimate or fees): no nonce is spent
+    and nothing reached the node, so sending it again is safe."""
+
+
 class WrongChain(RollnetError):
     """The endpoint answers with a different chain id than the deployment expects."""
 

@@ -37,7 +37,7 @@ from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.committee import CommitteeView, drew_nobody
-from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError
+from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError, TransactionNotSent
 from rollnet.node.events import EventLog
 from rollnet.node.in_flight import InFlightWindow
 from rollnet.node.keeper import KEEPER_GRACE_S, AppealRewards, Keeper, own_batch_appeal
@@ -124,25 +124,21 @@ def claim_with_seed(job: JobClient, timeout_s: float = 60.0, poll_s: float = 0.2
 
 
 def submit_through_outage(job: JobClient, lease_id: int, root: bytes, policy_version: int) -> None:
-    """Submit a prepared batch's root, riding out a chain outage for up to the client's outage bound. The batch is
-    work already done: dropping it to an outage would leave its lease to expire, costing its holder the expiry fee
-    and the pay. A send that failed before it was signed (the estimate, the fees) is simply sent again; if an
-    earlier copy was mined after all, the chain holding this root for this lease and holder counts as submitted."""
-    tries = 0
-
-    def send() -> None:
-        nonlocal tries
-        tries += 1
+    """Submit a prepared batch's root, sending it afresh while the chain's outage keeps it from being signed (up to
+    the client's outage bound). The batch is work already done: dropping it to an outage would leave its lease to
+    expire, costing its holder the expiry fee and the pay. Once signed, the client itself rides out an outage
+    with the same bytes; nothing here ever signs a second copy."""
+    outage_until = None
+    while True:
         try:
             job.submit(lease_id, root, policy_version)
-        except ContractRevert as exc:
-            if tries > 1 and exc.error_name == "WrongStatus":
-                lease = job.lease(lease_id)
-                if lease.root == root and lease.worker.lower() == job.client.address.lower():
-                    return  # an earlier copy, whose receipt the outage withheld, was mined
-            raise
-
-    job.client.through_outage(send)
+            return
+        except TransactionNotSent:
+            now = time.monotonic()
+            outage_until = outage_until or now + job.client.outage_seconds
+            if now > outage_until:
+                raise
+            time.sleep(0.5)
 
 
 def prepare_batch(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,

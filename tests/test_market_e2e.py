@@ -10,7 +10,7 @@ from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
-from rollnet.node.errors import ChainUnavailable, ContractRevert
+from rollnet.node.errors import ContractRevert, TransactionNotSent
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import AppealRewards, Keeper
 from rollnet.node.keys import dev_account
@@ -249,14 +249,16 @@ def test_a_worker_whose_appeal_won_claims_the_losers_stakes_however_late_they_re
 def test_a_prepared_batch_is_submitted_through_a_frozen_chain_not_dropped(anvil: AnvilProcess, job: str) -> None:
     """A worker whose submission meets an outage (anvil SIGSTOPped past the request timeout) sends it once the
     chain is back: the batch is work done, and dropping it would leave the lease to expire, costing the honest
-    worker the expiry fee and the pay. The bare transaction fails on the same outage (what the worker did before)."""
+    worker the expiry fee and the pay. The bare transaction fails on the same outage before it is signed (what the
+    worker did before), spending no nonce: the next one is mined at once."""
     worker = JobClient(ChainClient(anvil.url, dev_account(WORKER), request_timeout=0.5, outage_seconds=30), job)
     first, second = claim_with_seed(worker), claim_with_seed(worker)
+    mined = worker.client.transactions
     for lease, send in ((first, None), (second, submit_through_outage)):
         thaw = freeze_in_background(anvil, 3.0)
         try:
             if send is None:
-                with pytest.raises(ChainUnavailable):
+                with pytest.raises(TransactionNotSent):  # (a ChainUnavailable) the estimate failed: nothing signed
                     worker.submit(lease.lease_id, b"\x44" * 32, 1)
             else:
                 send(worker, lease.lease_id, b"\x55" * 32, 1)
@@ -267,3 +269,4 @@ def test_a_prepared_batch_is_submitted_through_a_frozen_chain_not_dropped(anvil:
     assert (kept.status, kept.root, kept.policy_version) == (LeaseStatus.VOTING, b"\x55" * 32, 1)
     submitted = worker.client.events(worker.contract, "BatchSubmitted", 0)
     assert [e["args"]["leaseId"] for e in submitted] == [second.lease_id]  # sent once
+    assert worker.client.transactions == mined + 1  # one submission mined; the failed one spent nothing

@@ -10,6 +10,8 @@ Invariants:
   signed bytes (same nonce, same hash) are re-sent until `outage_seconds` pass, so an outage can delay a
   transaction but never lose it or execute it twice. What a caller reads right after its own transaction
   (`through_outage`) rides out the same outage, so a mined transaction's result is never dropped for a read.
+- An outage before a transaction is signed (its estimate, its fees) is `TransactionNotSent`: nothing was
+  spent or sent, so a caller may build and send it afresh.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from rollnet.node.chain.calls import FALLBACK, fast_call, fast_estimate
 from rollnet.node.chain.logs import EventDecoder
 from rollnet.node.chain.revert import decode_revert
 from rollnet.node.chain.transport import KeepAliveTransport, shown_url
-from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionTimeout, WrongChain
+from rollnet.node.errors import ChainUnavailable, RollnetError, TransactionNotSent, TransactionTimeout, WrongChain
 from web3 import Web3
 from web3.contract import Contract
 from web3.contract.contract import ContractConstructor, ContractFunction
@@ -112,6 +114,17 @@ def rpc_errors(rpc_url: str) -> Iterator[None]:
     except Web3RPCError as exc:
         message = exc.rpc_response.get("error", {}).get("message") if exc.rpc_response else None
         raise RollnetError(f"the chain refused the request: {message or exc}") from None
+
+
+@contextlib.contextmanager
+def unsent() -> Iterator[None]:
+    """An outage while preparing a transaction (before it is signed) is `TransactionNotSent`."""
+    try:
+        yield
+    except TransactionNotSent:
+        raise
+    except ChainUnavailable as exc:
+        raise TransactionNotSent(str(exc)) from None
 
 
 class ChainClient:
@@ -233,7 +246,7 @@ class ChainClient:
         the estimate may not see because of who lands first in the same block (a vote that draws the committee
         or decides the round); gas not used is not paid."""
         base = {"from": self.address, "value": value, "chainId": self.chain_id}
-        with rpc_errors(self.rpc_url):
+        with unsent(), rpc_errors(self.rpc_url):
             fast = fast_estimate(self.w3, fn, self.address, value, "pending")
             estimate = fast[1] if fast is not None else fn.estimate_gas(base, block_identifier="pending")
         gas = int(estimate * GAS_MARGIN) + 21_000 + headroom
@@ -251,8 +264,9 @@ class ChainClient:
     def _sign_and_send(self, build: Callable[[dict], dict]) -> TxReceipt:
         """Fill fees and a fresh nonce into `build`'s transaction, sign, send, wait for the receipt."""
         assert self._nonces is not None and self.account is not None
-        with rpc_errors(self.rpc_url):
+        with unsent(), rpc_errors(self.rpc_url):
             fees = self._current_fees()
+        with rpc_errors(self.rpc_url):
             with self._nonces.lock:
                 tx = build({"nonce": self._nonces.take(), **fees})
                 signed = self.account.sign_transaction(tx)
