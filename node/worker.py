@@ -128,17 +128,7 @@ def submit_through_outage(job: JobClient, lease_id: int, root: bytes, policy_ver
     the client's outage bound). The batch is work already done: dropping it to an outage would leave its lease to
     expire, costing its holder the expiry fee and the pay. Once signed, the client itself rides out an outage
     with the same bytes; nothing here ever signs a second copy."""
-    outage_until = None
-    while True:
-        try:
-            job.submit(lease_id, root, policy_version)
-            return
-        except TransactionNotSent:
-            now = time.monotonic()
-            outage_until = outage_until or now + job.client.outage_seconds
-            if now > outage_until:
-                raise
-            time.sleep(0.5)
+    job.client.through_outage(lambda: job.submit(lease_id, root, policy_version), retry_on=TransactionNotSent)
 
 
 def prepare_batch(job: JobClient, lease: Lease, worker: LocalAccount, task: Task, backend: RolloutBackend,

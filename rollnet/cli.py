@@ -6,39 +6,104 @@ mistake or environment problem found while running) exits 1 with one `error: <me
 neither prints a traceback. Anything else is a bug and keeps its traceback. typer 0.29 vendors click and
 raises its own exception classes (all `typer.TyperException`, each with its exit code and `show()`),
 not click's; pyproject.toml pins the typer these handlers are written for.
+
+A command imports only its own sub-command's module (`SUBCOMMANDS`): `rollnet keys new` or `rollnet chain up`
+never loads torch, transformers or the trainer; `rollnet --help` lists every sub-command and so loads them all.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
 import typer
 from rich.markup import escape
+from typer.core import TyperGroup
 
-from rollnet.devnet import devnet
-from rollnet.node.cli import budget_cmd, chain_cmd, job_cmd, keys_cmd, model_cmd, node_cmd, params, rollout_cmd
+from rollnet.node.cli import params
 from rollnet.node.cli.context import CliContext, configure_logging, make_console
 from rollnet.node.errors import RollnetError
-from rollnet.trainer import cli as trainer_cli
-from rollnet.validator import cli as validator_cli
+
+# name -> (module, attribute): a command function or a Typer app (a group of commands), in help order.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "devnet": ("rollnet.devnet", "devnet"),
+    "budget": ("rollnet.node.cli.budget_cmd", "budget"),
+    "keys": ("rollnet.node.cli.keys_cmd", "app"),
+    "chain": ("rollnet.node.cli.chain_cmd", "app"),
+    "node": ("rollnet.node.cli.node_cmd", "app"),
+    "job": ("rollnet.node.cli.job_cmd", "app"),
+    "model": ("rollnet.node.cli.model_cmd", "app"),
+    "rollout": ("rollnet.node.cli.rollout_cmd", "app"),
+    "trainer": ("rollnet.trainer.cli", "app"),
+    "validator": ("rollnet.validator.cli", "app"),
+}
+
+
+def load_subcommand(name: str) -> typer.core.TyperCommand | TyperGroup:
+    """The click command `rollnet NAME` runs, built exactly as typer builds a registered sub-app or command."""
+    module, attribute = SUBCOMMANDS[name]
+    target = getattr(importlib.import_module(module), attribute)
+    holder = typer.Typer(add_completion=False)
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        holder.command(name)(target)
+    return typer.main.get_group(holder).commands[name]
+
+
+class LazyCommands(MutableMapping):
+    """The root's sub-commands by name: every name is known up front, each module is imported on first use."""
+
+    def __init__(self) -> None:
+        self._names = list(SUBCOMMANDS)
+        self._loaded: dict[str, object] = {}
+
+    def __getitem__(self, name: str):  # noqa: ANN204
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._loaded:
+            self._loaded[name] = load_subcommand(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command) -> None:  # noqa: ANN001
+        if name not in self._names:
+            self._names.append(name)
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        self._names.remove(name)
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+class LazyRoot(TyperGroup):
+    """The `rollnet` group: `rollnet keys new` imports the keys commands only, never torch or the trainer."""
+
+    def __init__(self, **attrs) -> None:  # noqa: ANN003
+        super().__init__(**attrs)
+        self.commands = LazyCommands()
+
 
 app = typer.Typer(
     name="rollnet",
+    cls=LazyRoot,
     help="rollnet: a permissionless compute market for RL post-training.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(keys_cmd.app, name="keys")
-app.add_typer(chain_cmd.app, name="chain")
-app.add_typer(node_cmd.app, name="node")
-app.add_typer(job_cmd.app, name="job")
-app.add_typer(model_cmd.app, name="model")
-app.add_typer(rollout_cmd.app, name="rollout")
-app.add_typer(trainer_cli.app, name="trainer")
-app.add_typer(validator_cli.app, name="validator")
-app.command("devnet")(devnet)
-app.command("budget")(budget_cmd.budget)
+
+
+def load_every_command() -> None:
+    """Import every sub-command's module now (a process that forks many CLI runs does this once, first)."""
+    for name in SUBCOMMANDS:
+        load_subcommand(name)
 
 
 @app.callback()

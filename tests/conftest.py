@@ -19,7 +19,7 @@ from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.deploy import RegistryParams, deploy_market
 from rollnet.node.config import Deployment
 from rollnet.node.keys import dev_account
-from rollnet.node.rollout.backend import vllm_available
+from rollnet.node.rollout.backend_names import vllm_available
 
 REPO = Path(__file__).resolve().parents[1]
 ETH = 10**18

@@ -280,7 +280,8 @@ RUNNER = r"""
 import json, os, sys, time, traceback
 
 cases_path, results_path, parallel = sys.argv[1], sys.argv[2], int(sys.argv[3])
-from rollnet.cli import main  # imported once; every case runs in a process forked from here
+from rollnet.cli import load_every_command, main
+load_every_command()  # every sub-command imported once; every case runs in a process forked from here
 
 
 def child(case):

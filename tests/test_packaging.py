@@ -80,3 +80,37 @@ def test_every_rollnet_command_in_docker_compose_parses(capsys: pytest.CaptureFi
     if shutil.which("docker-compose"):
         subprocess.run(["docker-compose", "-f", str(REPO / "docker-compose.yml"), "config", "-q"], check=True,
                        cwd=REPO)
+
+
+LIGHT_COMMANDS = (["keys", "--help"], ["chain", "--help"], ["node", "join", "--help"], ["node", "status", "--help"],
+                  ["job", "status", "--help"], ["job", "deploy", "--help"], ["budget", "--help"])
+HEAVY_MODULES = ("torch", "transformers", "safetensors", "vllm", "rollnet.trainer", "rollnet.validator")
+
+
+@pytest.mark.parametrize("argv", LIGHT_COMMANDS, ids=" ".join)
+def test_account_and_chain_commands_never_load_the_model_stack(argv: list[str]) -> None:
+    """`rollnet keys|chain|node join|job …` import only their own sub-command (rollnet.cli's SUBCOMMANDS): a
+    requester or a staker waits for no torch import, and the commands still parse and print their help."""
+    probe = (f"import sys\nfrom rollnet.cli import main\ncode = main({argv!r})\n"
+             f"loaded = sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules)\n"
+             "print('LOADED', loaded, 'CODE', code)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert "Usage: " in result.stdout and "[OPTIONS]" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "LOADED [] CODE 0", result.stdout[-500:]
+
+
+def test_every_subcommand_loads_and_the_root_lists_them_in_order(capsys: pytest.CaptureFixture) -> None:
+    """The lazy root knows every sub-command by name before loading it, and loads each one on demand."""
+    import typer
+
+    from rollnet.cli import SUBCOMMANDS, app, load_every_command, load_subcommand, main
+    root = typer.main.get_command(app)
+    assert list(root.commands) == list(SUBCOMMANDS)
+    load_every_command()
+    for name in SUBCOMMANDS:
+        assert load_subcommand(name).name == name
+    assert main(["--help"]) == 0
+    listed = [line.split()[1] for line in capsys.readouterr().out.splitlines()
+              if line.startswith("│ ") and line.split()[1] in SUBCOMMANDS]
+    assert listed == list(SUBCOMMANDS)

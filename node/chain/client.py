@@ -191,14 +191,17 @@ class ChainClient:
             result = fast_call(self.w3, fn, block)
             return fn.call(block_identifier=block) if result is FALLBACK else result
 
-    def through_outage(self, read: Callable[[], Any]) -> Any:
-        """`read()`, retried while the chain is unavailable, for up to `outage_seconds`: for reading what a mined
-        transaction of ours did, whose result the caller must not lose to an outage (a claimed lease)."""
+    def through_outage(self, read: Callable[[], Any],
+                       retry_on: type[ChainUnavailable] = ChainUnavailable) -> Any:
+        """`read()`, retried while it raises `retry_on` (the chain is unavailable), for up to `outage_seconds`:
+        for reading what a mined transaction of ours did, whose result the caller must not lose to an outage (a
+        claimed lease), or, with `retry_on=TransactionNotSent`, for sending afresh what the outage kept from
+        ever being signed."""
         outage_until = None
         while True:
             try:
                 return read()
-            except ChainUnavailable:
+            except retry_on:
                 now = time.monotonic()
                 outage_until = outage_until or now + self.outage_seconds
                 if now > outage_until:

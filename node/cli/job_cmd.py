@@ -19,12 +19,9 @@ from rollnet.node.chain.job import FactoryClient, JobClient, Lease, LeaseStatus,
 from rollnet.node.cli import params
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.config import Deployment
-from rollnet.node.delta.checkpoint import content_root
 from rollnet.node.errors import ConfigError, ContractRevert
 from rollnet.node.model.identity import folder_model_files_hash
-from rollnet.node.model.loading import load_policy, preset_of, resolve_model
 from rollnet.node.model.pinned import PRESETS
-from rollnet.node.model.policies import bf16_policy
 from rollnet.node.spec import check_workable, explain_spec_refusal, load_job_spec
 from rollnet.node.units import eth_to_wei, format_eth
 
@@ -45,6 +42,8 @@ def deploy(
     """Create a TrainingJob from a spec file, escrowing BUDGET ETH."""
     job_spec = load_job_spec(spec)
     if model is not None:
+        from rollnet.node.model.loading import preset_of, resolve_model  # torch loads only when a model is named
+
         data_dir = get_context(ctx).data_dir
         folder = resolve_model(data_dir, model)
         preset = preset_of(model)
@@ -79,11 +78,17 @@ def deploy(
 def base_model_root(folder: Path) -> bytes:
     """The content root of a model folder's weights as workers run them (bf16): version 0 of a job, always
     computed from the weights (a copied folder's build metadata may describe weights since changed)."""
+    from rollnet.node.delta.checkpoint import content_root
+    from rollnet.node.model.loading import load_policy, resolve_model
+    from rollnet.node.model.policies import bf16_policy
+
     return content_root(bf16_policy(load_policy(resolve_model(Path("."), folder))[0]))
 
 
 def base_model_files_hash(folder: Path) -> bytes:
     """The identity of a model folder's config, tokenizer, chat template and EOS set (`model.identity`)."""
+    from rollnet.node.model.loading import resolve_model
+
     try:
         return folder_model_files_hash(resolve_model(Path("."), folder))
     except ConfigError:

@@ -21,19 +21,13 @@ from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli import params
 from rollnet.node.cli.context import DevAccountOption, KeyOption, console, get_context
 from rollnet.node.cli.job_cmd import resolve_job
-from rollnet.node.delta.store import PolicyStore
 from rollnet.node.errors import RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.lease_book import book_file
-from rollnet.node.model.peer_source import job_model
-from rollnet.node.model.policies import StorePolicies
 from rollnet.node.p2p.identity import b58encode, load_or_create_identity
-from rollnet.node.participant import start_participant
-from rollnet.node.policy_sync import PolicyFollower
 from rollnet.node.recipe import agree, recipe_task
-from rollnet.node.rollout.backend import BACKENDS, PolicyEngine, TransformersEngine, require_vllm
+from rollnet.node.rollout.backend_names import BACKENDS, require_vllm
 from rollnet.node.units import eth_to_wei, format_eth
-from rollnet.node.worker import HONEST, TAMPERS, WorkerLoop
 
 app = typer.Typer(help="Register this node (stake), inspect it, unbond and withdraw.", no_args_is_help=True)
 NODE_SETTINGS = "node.json"
@@ -193,6 +187,15 @@ def work(
 ) -> None:
     """Claim leases, generate seeded and proven rollouts with the newest policy (deltas arrive over libp2p and
     are checked against the chain), submit their roots, and serve the batches to validators and the trainer."""
+    # the worker's machinery (torch, libp2p, the model) loads here, so the node's other commands stay light
+    from rollnet.node.delta.store import PolicyStore
+    from rollnet.node.model.peer_source import job_model
+    from rollnet.node.model.policies import StorePolicies
+    from rollnet.node.participant import start_participant
+    from rollnet.node.policy_sync import PolicyFollower
+    from rollnet.node.rollout.backend import PolicyEngine, TransformersEngine
+    from rollnet.node.worker import HONEST, TAMPERS, WorkerLoop
+
     if cheat is not None and cheat not in TAMPERS:
         raise RollnetError(f"no cheat named {cheat!r} is registered (cheats exist only in the devnet's cheater)")
     cli = get_context(ctx)

