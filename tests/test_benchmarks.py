@@ -37,6 +37,13 @@ def test_delta_benchmark_quick(tmp_path: Path) -> None:
             assert row["ratio_ours"] <= row["ratio_entropy_bound"] * 1.0001
 
 
+def test_cli_startup_benchmark_quick(tmp_path: Path) -> None:
+    report = run_bench("cli_startup", tmp_path)
+    (row,) = report["rows"]
+    assert row["command"] == "keys new" and row["lazy_s"] > 0 and row["eager_s"] > 0
+    assert row["eager_over_lazy"] == pytest.approx(row["eager_s"] / row["lazy_s"])
+
+
 def test_gas_benchmark_quick(tmp_path: Path) -> None:
     report = run_bench("gas", tmp_path)
     rows = report["rows"]
