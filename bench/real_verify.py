@@ -581,7 +581,7 @@ def _honest_summary(rows: list[dict], all_stats: list[dict], tokens: int) -> dic
 
 def _vllm_honest(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, task: Task, plan: Plan, tokens: int,
                  console: Console, folder: Path) -> tuple[list[dict], list[Timing], list[dict], str | None]:
-    from rollnet.node.rollout.backend import vllm_available
+    from rollnet.node.rollout.backend_names import vllm_available
 
     if not vllm_available():
         return [], [], [], "vLLM skipped: the vllm package is not installed"

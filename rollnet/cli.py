@@ -64,8 +64,14 @@ class LazyCommands(MutableMapping):
         if name not in self._names:
             raise KeyError(name)
         if name not in self._loaded:
-            self._loaded[name] = load_subcommand(name)
+            try:
+                self._loaded[name] = load_subcommand(name)
+            except KeyError as exc:  # a bug in the module, which click's `.get()` would report as "no such command"
+                raise RuntimeError(f"loading `rollnet {name}` failed: KeyError {exc}") from exc
         return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names  # known without importing the module
 
     def __setitem__(self, name: str, command) -> None:  # noqa: ANN001
         if name not in self._names:

@@ -114,3 +114,17 @@ def test_every_subcommand_loads_and_the_root_lists_them_in_order(capsys: pytest.
     listed = [line.split()[1] for line in capsys.readouterr().out.splitlines()
               if line.startswith("│ ") and line.split()[1] in SUBCOMMANDS]
     assert listed == list(SUBCOMMANDS)
+
+
+def test_a_sub_command_that_fails_to_load_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyError raised while a sub-command's module loads is a bug, not "no such command": it is not swallowed
+    by click's `commands.get()`."""
+    import rollnet.cli as cli
+
+    def broken(name: str) -> None:
+        raise KeyError("ROLLNET_SETTING")
+
+    monkeypatch.setattr(cli, "load_subcommand", broken)
+    with pytest.raises(RuntimeError, match=r"loading `rollnet keys` failed: KeyError 'ROLLNET_SETTING'"):
+        cli.main(["keys", "--help"])
+    assert "keys" in cli.LazyCommands()  # known by name without loading
