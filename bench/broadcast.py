@@ -65,8 +65,12 @@ class Peer:
             [sys.executable, __file__, "--peer", str(folder)] + (["--peer-rate", str(rate)] if rate else []),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
+        self.addr = self.peer = ""
+
+    def wait_ready(self) -> Peer:
         ready = self.expect("ready")
         self.addr, self.peer = ready["addr"], ready["peer"]
+        return self
 
     def send(self, line: str) -> None:
         self.process.stdin.write(line + "\n")
@@ -90,29 +94,33 @@ class Peer:
 
 # ---------------------------------------------------------------------------------------------- runs
 
-def broadcast(n: int, size: int, rate: float | None, swarm: bool, pipeline: tuple[int, int] = (2, 2)
-              ) -> tuple[float, float]:
-    """Seconds until all n receivers hold the object, and the largest peer RSS (MB)."""
+def broadcast(n: int, size: int, rate: float | None, modes: tuple[str, ...] = ("star", "swarm"),
+              pipeline: tuple[int, int] = (2, 2)) -> tuple[dict[str, float], float]:
+    """Seconds until all n receivers hold a fresh object, for each of `modes` in turn on the same peers ("star":
+    from the seed only; "swarm": from the seed and every other receiver), and the largest peer RSS (MB)."""
     with tempfile.TemporaryDirectory() as folder:
-        peers = [Peer(Path(folder) / f"peer{i}", rate) for i in range(n + 1)]
+        started_up = [Peer(Path(folder) / f"peer{i}", rate) for i in range(n + 1)]  # they start up together
+        seconds: dict[str, float] = {}
         try:
+            peers = [peer.wait_ready() for peer in started_up]
             seed, receivers = peers[0], peers[1:]
             for index, peer in enumerate(receivers):
                 others = [seed.addr] + [p.addr for p in receivers[index + 1:]]
                 peer.send("connect " + " ".join(others))
                 peer.expect("connected")
-            seed.send(f"put {size}")
-            root = seed.expect("root")["root"]
-            started = time.perf_counter()
-            for peer in receivers:
-                providers = [seed.peer] + ([p.peer for p in receivers if p is not peer] if swarm else [])
-                peer.send(f"fetch {root} {','.join(providers)} {pipeline[0]} {pipeline[1]}")
-            for peer in receivers:
-                peer.expect("fetched")
-            elapsed = time.perf_counter() - started
+            for mode in modes:
+                seed.send(f"put {size}")
+                root = seed.expect("root")["root"]
+                started = time.perf_counter()
+                for peer in receivers:
+                    others = [p.peer for p in receivers if p is not peer] if mode == "swarm" else []
+                    peer.send(f"fetch {root} {','.join([seed.peer, *others])} {pipeline[0]} {pipeline[1]}")
+                for peer in receivers:
+                    peer.expect("fetched")
+                seconds[mode] = time.perf_counter() - started
         finally:
-            rss = max(peer.quit() for peer in peers)
-    return elapsed, rss
+            rss = max(peer.quit() for peer in started_up)
+    return seconds, rss
 
 
 def raw_tcp_mb_s(size: int) -> float:
@@ -161,14 +169,14 @@ def main() -> None:
     rate = args.rate * MB
     runs = []
     for n in (2, 4) if args.quick else (2, 4, 8):
-        star, star_rss = broadcast(n, size, rate, swarm=False)
-        swarm, swarm_rss = broadcast(n, size, rate, swarm=True)
+        seconds, rss = broadcast(n, size, rate)
+        star, swarm = seconds["star"], seconds["swarm"]
         tree = size / rate * math.ceil(math.log2(n + 1))
         runs.append({"n": n, "star_s": star, "swarm_s": swarm, "bound_s": tree, "pipelined_bound_s": size / rate,
                      "speedup_vs_star": star / swarm, "swarm_over_bound": swarm / tree,
-                     "max_peer_rss_mb": max(star_rss, swarm_rss)})
+                     "max_peer_rss_mb": rss})
         console.print(f"N={n}: star {star:.1f}s, swarm {swarm:.1f}s")
-    single, _ = broadcast(1, 64 * MB, None, swarm=False, pipeline=(4, 16))
+    single = broadcast(1, 64 * MB, None, modes=("star",), pipeline=(4, 16))[0]["star"]
     single_mb_s = 64 * MB / single / MB
     tcp = raw_tcp_mb_s(64 * MB)
 

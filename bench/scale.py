@@ -1,8 +1,9 @@
 """A thousand workers against the real contracts (issue 17): what grows, and with what, as a market grows.
 
-One anvil (a block every second, as on a fast L2) and the real contracts. W staked worker accounts and V
-staked, enlisted validator accounts are driven by a few processes, one thread per participant. Every claim,
-seed draw, submission, committee draw, vote, settlement, reward claim and withdrawal is a real transaction.
+One anvil (the setup mined at once, then a block every second, as on a fast L2) and the real contracts. W
+staked worker accounts and V staked, enlisted validator accounts are driven by a few processes, one thread per
+participant. Every claim, seed draw, submission, committee draw, vote, settlement, reward claim and withdrawal
+is a real transaction.
 Each participant follows the chain the way the real roles do: its own `LeaseBook` (one fixed set of requests
 per poll; a worker's book only its own leases) and `Keeper` turns (a due lease is settled by its worker
 first, then its voters, then anyone).
@@ -25,7 +26,8 @@ Each worker does `--leases` leases; the job has the shortest windows a spec allo
 appeal), and the chain's clock runs by itself, so each lease is settled in its worker's keeper turn, and a
 round drawn too few members to decide early waits for its vote window, as it would in a live market; a round
 that drew nobody is appealed by its worker once that window closes (`keeper.own_batch_appeal`, as `WorkerLoop`
-does). The row ends when every lease is settled and paid out. A trainer-side reader follows the same events and
+does). With `--skip-appeal-windows` (for tests), once every lease is decided the chain's clock moves on past the
+appeal windows. The row ends when every lease is settled and paid out. A trainer-side reader follows the same events and
 times each batch from its submission to its first decision.
 
 Measured per row: RPC requests per lease (all participants) and per participant per second, by role;
@@ -35,7 +37,7 @@ validator per lease (and per lease in all); the trainer-side admission latency; 
 2 s blocks and `--block-gas-limit` allows.
 
 Usage: python bench/scale.py [--quick | --rows 10x5,1000x50] [--json PATH] [--leases N] [--processes P]
-                           [--real-every N]
+                           [--real-every N] [--skip-appeal-windows]
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 from rich.table import Table
-from rollnet.node.chain.anvil import start_anvil
+from rollnet.node.chain.anvil import AnvilProcess, start_anvil
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.deploy import RegistryParams, deploy_market
 from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus
@@ -68,7 +70,7 @@ from rollnet.node.committee import CommitteeView, drew_nobody
 from rollnet.node.config import resolve_data_dir
 from rollnet.node.errors import ContractRevert
 from rollnet.node.events import EventLog
-from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, own_batch_appeal
+from rollnet.node.keeper import KEEPER_GRACE_S, Keeper, due_since, own_batch_appeal
 from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.model.builder import build_default_model
@@ -467,24 +469,28 @@ def setup(rpc_url: str, workers: int, validators: int, leases: int, real: list[i
 
 
 def run_row(workers: int, validators: int, leases: int, processes: int, generate_s: float, verify_s: float,
-            samples_per_step: int, block_gas_limit: int, real_every: int, console: object) -> dict:
-    # A block every second, as on a fast L2: with a block per transaction, a thousand workers' transactions
-    # made 256 blocks in seconds, and claims lost their seed block before their seed could be drawn.
-    anvil = start_anvil(extra_args=["--gas-limit", str(block_gas_limit), "--block-time", "1"])
+            samples_per_step: int, block_gas_limit: int, real_every: int, console: object,
+            skip_appeal_windows: bool = False) -> dict:
+    anvil = start_anvil(extra_args=["--gas-limit", str(block_gas_limit)])
     try:
         with tempfile.TemporaryDirectory(prefix="rollnet-scale-") as home:
-            return measure_row(anvil.url, workers, validators, leases, processes, generate_s, verify_s,
+            return measure_row(anvil, workers, validators, leases, processes, generate_s, verify_s,
                                samples_per_step, block_gas_limit, real_workers(workers, real_every), Path(home),
-                               console)
+                               console, skip_appeal_windows)
     finally:
         anvil.stop()
 
 
-def measure_row(rpc_url: str, workers: int, validators: int, leases: int, processes: int, generate_s: float,
+def measure_row(anvil: AnvilProcess, workers: int, validators: int, leases: int, processes: int, generate_s: float,
                 verify_s: float, samples_per_step: int, block_gas_limit: int, real: list[int], home: Path,
-                console: object) -> dict:
+                console: object, skip_appeal_windows: bool) -> dict:
+    rpc_url = anvil.url
     setup_started = time.monotonic()
     job, from_block, lease_cost, registry = setup(rpc_url, workers, validators, leases, real, home)
+    # The setup is mined at once; then a block every second, as on a fast L2: with a block per transaction, a
+    # thousand workers' transactions made 256 blocks in seconds, and claims lost their seed block before their
+    # seed could be drawn.
+    anvil.mine_every(1)
     console.print(f"  {workers} workers ({len(real)} with real rollouts), {validators} validators staked and "
                   f"enlisted ({time.monotonic() - setup_started:.0f} s)")
     first_block = ChainClient(rpc_url).block_number() + 1  # the run's transactions start here, after setup
@@ -504,6 +510,7 @@ def measure_row(rpc_url: str, workers: int, validators: int, leases: int, proces
     expected = workers * leases
     started = time.monotonic()
     shown = 0.0
+    skipped_s = 0
     while True:
         if time.monotonic() - shown > 10:
             statuses = Counter(entry.status.name.lower() for entry in trainer.book.open_leases())
@@ -515,6 +522,8 @@ def measure_row(rpc_url: str, workers: int, validators: int, leases: int, proces
         in_flight = trainer.book.open_leases()
         if claimed and not in_flight:
             break
+        if skip_appeal_windows and claimed and all(entry.status is LeaseStatus.DECIDED for entry in in_flight):
+            skipped_s += skip_to_settlement(reader, in_flight)
         time.sleep(TICK_S)
     decided_s = time.monotonic() - started
     time.sleep(3 * tick_s)  # the last withdrawals
@@ -525,11 +534,23 @@ def measure_row(rpc_url: str, workers: int, validators: int, leases: int, proces
     row = summarize(workers, validators, expected, trainer.paid, parts, trainer, decided_s, lease_cost,
                     samples_per_step, block_gas_limit, reader.spec())
     row["participant_tick_s"] = tick_s
+    row["appeal_windows_skipped_s"] = skipped_s
     row["real"] = real_summary(parts, trainer, len(real) * leases)
     by_function = gas_by_function(reader, first_block)
     samples = max(1, trainer.paid * reader.spec().rollouts_per_lease)
     row["gas_per_accepted_sample_by_function"] = {name: round(gas / samples) for name, gas in by_function.items()}
     return row
+
+
+def skip_to_settlement(job: JobClient, decided: list[LeaseEntry]) -> int:
+    """Move the chain's clock on to when every one of the `decided` leases may be settled, past appeal windows
+    nobody will use (`--skip-appeal-windows`, for tests); the seconds skipped."""
+    spec = job.spec()
+    gap = max(due_since(entry, spec) for entry in decided) - job.client.now()
+    if gap <= 0:
+        return 0
+    job.client.rpc("evm_increaseTime", [gap])
+    return gap
 
 
 def gas_by_function(job: JobClient, first_block: int) -> dict[str, int]:
@@ -627,6 +648,9 @@ def main() -> None:
     parser.add_argument("--verify-s", type=float, default=VERIFY_S)
     parser.add_argument("--samples-per-step", type=int, default=256, help="the devnet's 32 prompts x 8 samples")
     parser.add_argument("--block-gas-limit", type=int, default=30_000_000)
+    parser.add_argument("--skip-appeal-windows", action="store_true",
+                        help="once every lease is decided, move the chain's clock past the appeal windows (for "
+                        "tests: a row's per-second rates then count the skipped seconds out)")
     parser.add_argument("--real-every", type=int, default=REAL_EVERY,
                         help="one worker in this many (at least one) carries real rollouts over libp2p")
     args = parser.parse_args()
@@ -641,7 +665,7 @@ def main() -> None:
         console.print(f"[bold]{workers} workers, {validators} validators[/bold]")
         results.append(run_row(workers, validators, args.leases, min(args.processes, workers), args.generate_s,
                                args.verify_s, args.samples_per_step, args.block_gas_limit, args.real_every,
-                               console))
+                               console, args.skip_appeal_windows))
     base = results[0]
     table = Table(title="bench/scale.py: the market's load as it grows (simulated model work, real transactions)")
     for column in ("workers", "validators", "poll s", "unpaid", "RPC / lease", "RPC / worker / poll",

@@ -158,7 +158,8 @@ def test_scale_benchmark_settles_every_lease_and_reports_each_measure(tmp_path: 
     measure the issue names is in the JSON, and every first round had its committee (numbers are not asserted).
     Two of the workers carry real rollouts: every member drawn for their leases fetched the batch over libp2p
     and judged it with the model, and both were paid."""
-    report = run_bench("scale", tmp_path, extra=("--rows", "4x3", "--processes", "2", "--real-every", "2"),
+    report = run_bench("scale", tmp_path, extra=("--rows", "4x3", "--processes", "2", "--real-every", "2",
+                                                      "--skip-appeal-windows"),
                        timeout=600)
     (row,) = report["rows"]
     assert (row["workers"], row["validators"], row["leases"], row["accepted_leases"]) == (4, 3, 4, 4)
@@ -167,6 +168,7 @@ def test_scale_benchmark_settles_every_lease_and_reports_each_measure(tmp_path: 
                                                            rel=0.01)  # the participants' counts, the chain's scan
     assert not any("reverted" in name for name in row["gas_per_accepted_sample_by_function"])  # keepers took turns
     assert row["verifications_per_lease"] >= 1 and row["admission_latency_s"]["median"] > 0
+    assert 0 < row["appeal_windows_skipped_s"] <= 61  # the decided leases' appeal windows (60 s), nothing more
     assert set(row["rpc_calls_per_participant_per_s"]) == {"workers", "validators"}
     real = row["real"]
     assert (real["leases"], real["paid"], real["unpaid"]) == (2, 2, 0)

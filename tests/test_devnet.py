@@ -158,9 +158,10 @@ def test_a_two_step_devnet_pays_its_workers_behind_stake_gates_and_writes_the_re
 
 
 def test_on_two_second_blocks_each_worker_overlaps_its_own_transactions(tmp_path: Path, model_home: Path) -> None:
-    """On `anvil --block-time 2` (an L2's cadence) a worker claims ahead and submits on background lanes: its
-    claims, seed draws and submissions share blocks (one after the other, each would take a block of its own),
-    none of its transactions reverts, and the run trains, pays and reports its latency as on instant blocks."""
+    """With a block every 2 s (an L2's cadence, from the setup's end on) a worker claims ahead and submits on
+    background lanes: its claims, seed draws and submissions share blocks (one after the other, each would take a
+    block of its own), none of its transactions reverts, and the run trains, pays and reports its latency as on
+    instant blocks."""
     config = DevnetConfig(out=tmp_path / "run", workers=2, validators=1, steps=2, worker_delays=(),
                           block_time_s=2, model=default_model(model_home))
     net = Devnet(config)
@@ -181,6 +182,9 @@ def test_on_two_second_blocks_each_worker_overlaps_its_own_transactions(tmp_path
         for address, blocks in sent.items():
             assert len(set(blocks)) < len(blocks), (address, blocks)  # some of its transactions shared a block
         w3 = job.client.w3
+        first, last = min(min(b) for b in sent.values()), max(max(b) for b in sent.values())
+        spanned_s = w3.eth.get_block(last)["timestamp"] - w3.eth.get_block(first)["timestamp"]
+        assert last > first and spanned_s >= 1.9 * (last - first)  # the run's blocks came every 2 s
         for number in range(net.deployment.deployed_at_block, w3.eth.block_number + 1):
             for tx in w3.eth.get_block(number, full_transactions=True)["transactions"]:
                 if tx["from"] in workers:

@@ -156,19 +156,22 @@ def test_a_due_lease_is_settled_once_by_its_worker_and_by_the_others_only_when_i
 
 
 def test_keepers_take_turns_on_a_chain_with_a_block_every_two_seconds() -> None:
-    """The same on `anvil --block-time 2`, an L2's cadence: a seed waits for the next block, every transaction for
-    its block, and the turns still hold."""
-    anvil = start_anvil(extra_args=["--block-time", "2"])
+    """The same with a block every two seconds, an L2's cadence (the market and its stakes are set up at once,
+    then `evm_setIntervalMining`): a seed waits for the next block, every transaction for its block, and the turns
+    still hold."""
+    anvil = start_anvil()
     try:
         market = deploy_market(ChainClient(anvil.url, dev_account(0)),
                                RegistryParams(unbonding_period_seconds=3 * 86_400))
-        _keepers_take_turns(market, anvil)
+        _keepers_take_turns(market, anvil, block_time_s=2)
     finally:
         anvil.stop()
 
 
-def _keepers_take_turns(market: Deployment, anvil: AnvilProcess) -> None:
+def _keepers_take_turns(market: Deployment, anvil: AnvilProcess, block_time_s: int = 0) -> None:
     address = _job(market, anvil)
+    if block_time_s:
+        anvil.mine_every(block_time_s)
     worker = JobClient(client_for(anvil, WORKER), address)
     a, b = (JobClient(client_for(anvil, i), address) for i in (VALIDATOR_A, VALIDATOR_B))
     bystander = JobClient(client_for(anvil, BYSTANDER), address)

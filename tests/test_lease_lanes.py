@@ -43,11 +43,12 @@ def _staffed_job(market: Deployment, anvil: AnvilProcess, stake: int = 10 * ETH)
 
 
 def test_claims_and_submissions_share_blocks_and_each_reaches_the_caller_once() -> None:
-    anvil = start_anvil(extra_args=["--block-time", "2"])
+    anvil = start_anvil()
     try:
         market = deploy_market(ChainClient(anvil.url, dev_account(REQUESTER)),
                                RegistryParams(unbonding_period_seconds=3 * 86_400))
         address = _staffed_job(market, anvil)
+        anvil.mine_every(2)  # set up at once, then a block every two seconds
         job = JobClient(client_for(anvil, WORKER), address)
         nonce = job.client.w3.eth.get_transaction_count(job.client.address)
 
@@ -119,11 +120,12 @@ def test_claims_sent_together_never_exceed_what_free_stake_covers() -> None:
     cover would be mined, revert and cost its gas. With stake for two leases' collateral and room for four, the
     capped worker sends two claims, both mined; sent uncapped, the third reverts on chain and the worker pays for
     nothing."""
-    anvil = start_anvil(extra_args=["--block-time", "2"])
+    anvil = start_anvil()
     try:
         market = deploy_market(ChainClient(anvil.url, dev_account(REQUESTER)),
                                RegistryParams(unbonding_period_seconds=3 * 86_400))
         address = _staffed_job(market, anvil, stake=2 * ETH)
+        anvil.mine_every(2)  # set up at once, then a block every two seconds
         for index, capped in ((WORKER, True), (STRANGER, False)):
             job = JobClient(client_for(anvil, index), address)
             if index == STRANGER:  # staked the same, from another client so its join is not counted below

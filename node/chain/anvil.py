@@ -81,6 +81,19 @@ class AnvilProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def mine_every(self, seconds: int) -> None:
+        """From now on, a block every `seconds` (as `--block-time`) and none per transaction: a setup mined at
+        once, then an L2's cadence for what follows."""
+        if seconds < 1:
+            raise ConfigError("a block interval is at least one second")
+        payload = {"jsonrpc": "2.0", "id": 1, "method": "evm_setIntervalMining", "params": [seconds]}
+        try:
+            answer = requests.post(self.url, json=payload, timeout=10.0).json()
+        except (requests.RequestException, ValueError) as exc:
+            raise ChainUnavailable(f"anvil at {self.url} did not take the block interval: {exc}") from None
+        if "error" in answer:
+            raise ChainUnavailable(f"anvil at {self.url} refused the block interval: {answer['error']}")
+
     def stop(self, timeout: float = 5.0) -> None:
         if self.process is not None:
             self.process.terminate()

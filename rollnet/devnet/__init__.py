@@ -107,7 +107,7 @@ def settle(net: Devnet, console: Console, wait_s: float = 90.0) -> None:
     finally:
         if block_time:  # (a failure to restore it must not hide the settling's own)
             with contextlib.suppress(RollnetError):
-                job.client.rpc("evm_setIntervalMining", [block_time])
+                net.anvil.mine_every(block_time)
     console.print("settled: every lease paid, slashed, void or returned after its appeal window; escrow refunded")
 
 
