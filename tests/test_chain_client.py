@@ -13,7 +13,14 @@ from rollnet.node.chain.anvil import AnvilProcess, free_port, start_anvil
 from rollnet.node.chain.client import ChainClient, fees_from_history
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.config import Deployment
-from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError, TransactionTimeout, WrongChain
+from rollnet.node.errors import (
+    ChainUnavailable,
+    ConfigError,
+    ContractRevert,
+    RollnetError,
+    TransactionTimeout,
+    WrongChain,
+)
 from rollnet.node.keys import dev_account
 from rollnet.node.p2p.identity import PeerIdentity
 
@@ -180,6 +187,28 @@ def test_transactions_mine_on_a_chain_with_real_block_times(tmp_path: object) ->
         assert sender.fees_paid_wei == receipt["gasUsed"] * receipt["effectiveGasPrice"] > 0
     finally:
         node.stop()
+
+
+def test_a_chain_set_up_at_once_then_mines_on_its_block_time() -> None:
+    """`mine_every`: transactions sent before it are mined at once; after it, each waits for the next block of the
+    interval, and no block comes per transaction. A bad interval or a chain that is gone is a clear error."""
+    node = start_anvil()
+    try:
+        sender = ChainClient(node.url, dev_account(0))
+        before = sender.block_number()
+        assert sender.transfer(dev_account(11).address, 1)["blockNumber"] == before + 1  # mined at once
+        node.mine_every(1)
+        with pytest.raises(ConfigError, match="at least one second"):
+            node.mine_every(0)
+        sent = time.monotonic()
+        receipts = [sender.transfer(dev_account(11).address, 1) for _ in range(2)]
+        assert time.monotonic() - sent >= 1.0  # each waited for an interval's block
+        blocks = [sender.w3.eth.get_block(r["blockNumber"]) for r in receipts]
+        assert blocks[1]["timestamp"] - blocks[0]["timestamp"] >= 1
+    finally:
+        node.stop()
+    with pytest.raises(ChainUnavailable, match="did not take the block interval"):
+        node.mine_every(1)
 
 
 def test_a_read_after_our_own_transaction_rides_out_a_frozen_chain(anvil: AnvilProcess) -> None:
