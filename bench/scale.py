@@ -26,9 +26,10 @@ Each worker does `--leases` leases; the job has the shortest windows a spec allo
 appeal), and the chain's clock runs by itself, so each lease is settled in its worker's keeper turn, and a
 round drawn too few members to decide early waits for its vote window, as it would in a live market; a round
 that drew nobody is appealed by its worker once that window closes (`keeper.own_batch_appeal`, as `WorkerLoop`
-does). With `--skip-appeal-windows` (for tests), once every lease is decided the chain's clock moves on past the
-appeal windows. The row ends when every lease is settled and paid out. A trainer-side reader follows the same events and
-times each batch from its submission to its first decision.
+does). With `--skip-appeal-windows` (for tests), the chain's clock moves on past the appeal windows, one lease
+at a time, while every open lease is decided and accepted. The row ends when every lease is settled and paid
+out. A trainer-side reader follows the same events and times each batch from its submission to its first
+decision.
 
 Measured per row: RPC requests per lease (all participants) and per participant per second, by role;
 transactions and gas per accepted sample (everything after setup, withdrawals included); verifications per
@@ -62,7 +63,7 @@ from rich.table import Table
 from rollnet.node.chain.anvil import AnvilProcess, start_anvil
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.deploy import RegistryParams, deploy_market
-from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus
+from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.cli.context import make_console
 from rollnet.node.cli.job_cmd import base_model_root
@@ -522,7 +523,8 @@ def measure_row(anvil: AnvilProcess, workers: int, validators: int, leases: int,
         in_flight = trainer.book.open_leases()
         if claimed and not in_flight:
             break
-        if skip_appeal_windows and claimed and all(entry.status is LeaseStatus.DECIDED for entry in in_flight):
+        if skip_appeal_windows and claimed and all(entry.status is LeaseStatus.DECIDED
+                                                   and entry.outcome is Outcome.ACCEPT for entry in in_flight):
             skipped_s += skip_to_settlement(reader, in_flight)
         time.sleep(TICK_S)
     decided_s = time.monotonic() - started
@@ -542,14 +544,17 @@ def measure_row(anvil: AnvilProcess, workers: int, validators: int, leases: int,
     return row
 
 
-def skip_to_settlement(job: JobClient, decided: list[LeaseEntry]) -> int:
-    """Move the chain's clock on to when every one of the `decided` leases may be settled, past appeal windows
-    nobody will use (`--skip-appeal-windows`, for tests); the seconds skipped."""
+def skip_to_settlement(job: JobClient, accepted: list[LeaseEntry]) -> int:
+    """Move the chain's clock on to when the first of the `accepted` leases may be settled, past an appeal
+    window nobody has cause to use (`--skip-appeal-windows`, for tests: the caller skips only while every open
+    lease is decided and accepted). One lease at a time, so each lease's keeper turns keep their order (its
+    worker first); the seconds skipped."""
     spec = job.spec()
-    gap = max(due_since(entry, spec) for entry in decided) - job.client.now()
+    gap = min(due_since(entry, spec) for entry in accepted) - job.client.now()
     if gap <= 0:
         return 0
     job.client.rpc("evm_increaseTime", [gap])
+    job.client.rpc("evm_mine", [])  # the jump is in a block before anyone reads the clock again
     return gap
 
 
@@ -649,8 +654,9 @@ def main() -> None:
     parser.add_argument("--samples-per-step", type=int, default=256, help="the devnet's 32 prompts x 8 samples")
     parser.add_argument("--block-gas-limit", type=int, default=30_000_000)
     parser.add_argument("--skip-appeal-windows", action="store_true",
-                        help="once every lease is decided, move the chain's clock past the appeal windows (for "
-                        "tests: a row's per-second rates then count the skipped seconds out)")
+                        help="while every open lease is decided and accepted, move the chain's clock past the "
+                        "appeal windows (for tests: a row's seconds, per-second rates and per-lease RPC counts then "
+                        "leave the skipped windows out, so they do not compare with full runs)"),
     parser.add_argument("--real-every", type=int, default=REAL_EVERY,
                         help="one worker in this many (at least one) carries real rollouts over libp2p")
     args = parser.parse_args()

@@ -209,6 +209,14 @@ def test_a_chain_set_up_at_once_then_mines_on_its_block_time() -> None:
         node.stop()
     with pytest.raises(ChainUnavailable, match="did not take the block interval"):
         node.mine_every(1)
+    refusing = _ScriptedHTTP(body=json.dumps({"jsonrpc": "2.0", "id": 1,
+                                              "error": {"code": -32601, "message": "Method not found"}}).encode())
+    try:  # a node that is not anvil refuses for good: a plain error, not an outage to wait out
+        with pytest.raises(RollnetError, match="refused a block interval .is it anvil..: .*Method not found") as no:
+            AnvilProcess(pid=0, port=refusing.port, chain_id=1).mine_every(2)
+        assert not isinstance(no.value, ChainUnavailable) and refusing.methods() == ["evm_setIntervalMining"]
+    finally:
+        refusing.close()
 
 
 def test_a_read_after_our_own_transaction_rides_out_a_frozen_chain(anvil: AnvilProcess) -> None:

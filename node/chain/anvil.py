@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
-from rollnet.node.errors import ChainUnavailable, ConfigError
+from rollnet.node.errors import ChainUnavailable, ConfigError, RollnetError
 
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEFAULT_CHAIN_ID = 31337
@@ -91,8 +91,9 @@ class AnvilProcess:
             answer = requests.post(self.url, json=payload, timeout=10.0).json()
         except (requests.RequestException, ValueError) as exc:
             raise ChainUnavailable(f"anvil at {self.url} did not take the block interval: {exc}") from None
-        if "error" in answer:
-            raise ChainUnavailable(f"anvil at {self.url} refused the block interval: {answer['error']}")
+        if not isinstance(answer, dict) or "error" in answer:
+            refusal = answer.get("error") if isinstance(answer, dict) else answer
+            raise RollnetError(f"the node at {self.url} refused a block interval (is it anvil?): {refusal}")
 
     def stop(self, timeout: float = 5.0) -> None:
         if self.process is not None:

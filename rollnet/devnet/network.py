@@ -202,7 +202,8 @@ class Devnet:
         self.cpu_at_start = time.process_time()  # a caller may have worked before (bench/efficiency.py's arms)
         self.model = config.model_folder()
         # The setup (contracts, the job, the stakes) is mined at once; the run has its block time from the first
-        # participant on (`block_time_s`), so a slow chain costs the run, not minutes of deployment.
+        # worker or validator on (`block_time_s`), so a slow chain costs the run, not minutes of deployment (the
+        # trainer, started first, may see its registration mined at once).
         self.anvil = start_anvil(log_path=config.out / "anvil.log",
                                  extra_args=["--dump-state", str(config.out / "anvil-state.json")])
         requester = ChainClient(self.anvil.url, dev_account(REQUESTER))
