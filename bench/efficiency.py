@@ -97,7 +97,7 @@ def market_arm(config: DevnetConfig, console: object) -> tuple[dict, dict]:
            "samples_with_signal": report["samples"]["trained_with_signal"],
            "samples_per_s": report["throughput"]["trained_samples_per_s"], "mean_g": report["staleness"]["mean_g"],
            "max_g": report["staleness"]["max_g"], "run_dir": str(config.out), "block_time_s": config.block_time_s,
-           "tasks_per_lease": config.tasks_per_lease}
+           "tasks_per_lease": config.tasks_per_lease, "submitted_samples": report["samples"]["submitted"]}
     return row, report
 
 
@@ -132,12 +132,14 @@ def measure_model(model: str, args: argparse.Namespace, console: object) -> dict
 
     table = Table(title=f"trained samples/s, {model} model, {steps} steps of {recipe.prompts}x{recipe.group}, "
                         f"{os.cpu_count()} cores")
-    for column in ("arm", "samples/s", "vs async local", "samples with signal", "mean g"):
+    for column in ("arm", "samples/s", "vs async local", "samples with signal", "mean g", "submitted, untrained"):
         table.add_column(column, justify="right")
     for name, row in arms.items():
+        untrained = row.get("submitted_samples", row["trained_samples"]) - row["trained_samples"]
         table.add_row(name, f"{row['samples_per_s']:.3g}", f"{row['samples_per_s'] / local:.3f}",
                       f"{row['samples_with_signal']} of {row['trained_samples']}",
-                      f"{row['mean_g']:.2f}" if "mean_g" in row else "-")
+                      f"{row['mean_g']:.2f}" if "mean_g" in row else "-",
+                      f"{untrained}" if "submitted_samples" in row else "-")
     console.print(table)
     goal = 0.5 if model == EMBEDDED_MODEL else 0.9
     console.print(f"efficiency (market / async local) = {efficiency:.3f}; goal >= {goal}; SparrowRL's decentralized "

@@ -99,6 +99,7 @@ class LeaseBook:
         self.enlisted: dict[str, None] = {}  # ordered set of enlisted, not delisted, validators
         self.now = 0  # the chain's clock at the last poll (the pending block's timestamp)
         self.head = from_block - 1  # the chain's head at the last poll
+        self.claims = 0  # the highest lease id whose claim was folded (a whole-job book: the job's leaseCount then)
         if state_path is not None and state_path.exists():
             self._load(state_path)
 
@@ -153,7 +154,7 @@ class LeaseBook:
         """Fold again from the deployment block if the caller's store (whose cursor is `store_cursor`) is behind
         this book, e.g. a ledger deleted while the book's file was kept."""
         if store_cursor < self.cursor:
-            self.cursor, self.leases, self.enlisted = self.from_block - 1, {}, {}
+            self.cursor, self.leases, self.enlisted, self.claims = self.from_block - 1, {}, {}, 0
             self._save()
 
     def _fold(self, event: str, args: dict, block: int, block_hash: str = "") -> None:
@@ -165,6 +166,7 @@ class LeaseBook:
             return
         lease_id = args["leaseId"]
         if event == "TaskClaimed":
+            self.claims = max(self.claims, lease_id)
             self.leases[lease_id] = LeaseEntry(lease_id, args["worker"], LeaseStatus.LEASED,
                                                deadline=args["expiresAt"])
             return
@@ -217,7 +219,8 @@ class LeaseBook:
             return
         # (each entry's fields as `asdict` gives them, uncopied)
         state = {"job": self.job.address, "from_block": self.from_block, "worker": self.worker, "cursor": self.cursor,
-                 "enlisted": list(self.enlisted), "leases": [vars(entry) for entry in self.leases.values()]}
+                 "claims": self.claims, "enlisted": list(self.enlisted),
+                 "leases": [vars(entry) for entry in self.leases.values()]}
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.state_path.with_name(f"{self.state_path.name}.{os.getpid()}.tmp")
         temporary.write_text(json.dumps(state))
@@ -238,6 +241,8 @@ class LeaseBook:
                 raw["seeds"] = {int(r): str(seed) for r, seed in raw.get("seeds", {}).items()}
                 raw["starts"] = {int(r): list(start) for r, start in raw.get("starts", {}).items()}
                 leases[raw["lease_id"]] = LeaseEntry(**raw)
+            claims = int(state["claims"])  # a book saved before it counted claims is folded again
         except (OSError, ValueError, KeyError, TypeError):
             return  # unreadable: fold again from the deployment block (every event is on chain)
         self.cursor, self.leases, self.enlisted = state["cursor"], leases, dict.fromkeys(state["enlisted"])
+        self.claims = claims

@@ -10,7 +10,11 @@ chain is ahead and nothing was heard, the follower pulls the signed announcement
 (`ask_policy`, a few peers per pull, every connected peer in turn), checked exactly like gossiped ones; it
 serves the ones it accepted the same way.
 Announcements wait here until their base version arrives. Only the policy topic is read from the node's
-gossip inbox.
+gossip inbox. The trainer's demand (`Demand`, on the same topic) is kept here too: the newest one the trainer
+signed, and only while it is under `DEMAND_TTL_S` old (by its timestamp and by when it was heard), so a replayed
+or long-silent demand never holds a worker back; without one, `demand` is None. A demand with no steps left (the
+trainer is done) is kept until a newer one replaces it. The trainer's clock and the follower's may differ by
+less than `DEMAND_TTL_S`; beyond that, its demands are not followed (workers claim as they would without it).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from rollnet.node.errors import ChainUnavailable, DeltaError, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.model.policies import bf16_policy
 from rollnet.node.p2p.authorize import JobAuthorizer
-from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, open_envelope
+from rollnet.node.p2p.envelopes import Demand, EnvelopeError, PolicyAnnouncement, open_envelope
 from rollnet.node.p2p.host import P2PNode, topics
 from rollnet.node.p2p.objects import ObjectError
 from transformers import PreTrainedModel
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 PULL_EVERY_S = 1.0
 PULL_PEERS = 4
 KEEP_ANNOUNCEMENTS = 16
+DEMAND_TTL_S = 120.0  # longer than a training step: the trainer says nothing new while it trains
 
 
 @dataclass
@@ -59,6 +64,7 @@ class PolicyFollower:
         self._accepted: dict[int, bytes] = {}
         self._checked_chain_at = 0.0
         self._pulls = 0  # pulls so far: each asks the next few peers, so every connected peer is asked in turn
+        self._demand: tuple[Demand, float] | None = None  # the newest demand heard, and when (monotonic)
         self.authorize = JobAuthorizer(job.address, job.spec().trainer, registry)
         node.subscribe(self.topic, authorize=self.authorize)
         node.policy_source = self.provide
@@ -111,6 +117,22 @@ class PolicyFollower:
             return
         if isinstance(body, PolicyAnnouncement) and body.version > self.latest and self.authorize(envelope, body):
             self._heard.setdefault(body.version, Heard(body, origin, time.time(), data))
+        elif isinstance(body, Demand) and time.time() - body.timestamp < DEMAND_TTL_S:
+            held = self.demand
+            if (held is None or body.timestamp > held.timestamp) and self.authorize(envelope, body):
+                self._demand = (body, time.monotonic())
+
+    @property
+    def demand(self) -> Demand | None:
+        """The trainer's newest demand, if it is fresh (see the module); None when there is none to follow."""
+        if self._demand is None:
+            return None
+        body, heard_at = self._demand
+        if body.steps_left == 0:
+            return body  # the trainer is done: it stays done until it says otherwise
+        if time.monotonic() - heard_at >= DEMAND_TTL_S or time.time() - body.timestamp >= DEMAND_TTL_S:
+            return None
+        return body
 
     def _pull_if_behind(self) -> None:
         self._checked_chain_at = time.monotonic()

@@ -6,20 +6,21 @@ is drawn on chain from the claim block's hash after the claim, never chosen by t
 submitted on chain is the object root of the stored bytes, so anyone fetching that root gets exactly what
 was signed.
 
-The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's, and
-never with one older than the job's staleness bound allows (it waits for the next delta instead); it claims (and
-draws seeds for) its next leases and submits its batches on background lanes (`rollnet.node.lease_lanes`), so on
-a chain with real block times its transactions share blocks and generation never waits for a receipt; it keeps at
-most its in-flight window of leases claimed or waiting for their committees (`rollnet.node.in_flight`: as many as
-keep generation busy, halved when its batches arrive at the staleness budget's edge; back-pressure, since when
-validators fall behind new batches would only grow stale in their queue), and claims only while its free stake
-covers another lease's collateral. It follows the chain through its lease book (`rollnet.node.lease_book`: only
-its own leases' events, a fixed number of requests per pass, however many leases are in flight), and does the
-keeper chores of its own leases (validators, who follow every lease, do everyone's in their turn); an honest
-worker appeals a rejection of its own batch, or a void round in which somebody voted or nobody was drawn
-(`keeper.own_batch_appeal`), while appeals remain, and once its appeals won, slashes the losing voters and claims
-its share of their stakes (`AppealRewards`). Every claim, submission, appeal and keeper action is one event in
-its log.
+The continuous loop (`WorkerLoop`) generates only with a policy it holds whose root matches the chain's, and never
+with one older than the job's staleness bound allows (it waits for the next delta instead); it claims (and draws
+seeds for) its next leases and submits its batches on background lanes (`rollnet.node.lease_lanes`), so on a chain
+with real block times its transactions share blocks and generation never waits for a receipt; it keeps at most its
+in-flight window of leases claimed or waiting for their committees (`rollnet.node.in_flight`: as many as keep
+generation busy, halved when its batches arrive at the staleness budget's edge; back-pressure, since when
+validators fall behind new batches would only grow stale in their queue), claims no more than the trainer's latest
+demand leaves unclaimed (`rollnet.node.demand`: beyond it, batches would reach the trainer too stale to train on),
+and claims only while its free stake covers another lease's collateral. It follows the chain through its lease book
+(`rollnet.node.lease_book`: only its own leases' events, a fixed number of requests per pass, however many leases
+are in flight), and does the keeper chores of its own leases (validators, who follow every lease, do everyone's in
+their turn); an honest worker appeals a rejection of its own batch, or a void round in which somebody voted or
+nobody was drawn (`keeper.own_batch_appeal`), while appeals remain, and once its appeals won, slashes the losing
+voters and claims its share of their stakes (`AppealRewards`). Every claim, submission, appeal and keeper action is
+one event in its log.
 Keeper duties anyone may do (return expired leases to the queue, settle leases whose outcome is final)
 keep the market moving when a participant dies; a lost race for them is harmless.
 """
@@ -37,6 +38,7 @@ from eth_account.signers.local import LocalAccount
 from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.committee import CommitteeView, drew_nobody
+from rollnet.node.demand import unclaimed
 from rollnet.node.errors import ChainUnavailable, ContractRevert, RollnetError, TransactionNotSent
 from rollnet.node.events import EventLog
 from rollnet.node.in_flight import InFlightWindow
@@ -254,7 +256,7 @@ class WorkerLoop:
             self.events.emit("waiting_for_policy", have=version, chain=current)
             self.follower.wait_for(current - self.job.spec().max_staleness, timeout=2.0)
             return False  # nothing new is claimed while no policy is fresh enough to work it
-        self.lanes.claim_ahead(self.lanes.claiming + self._room())
+        self.lanes.claim_ahead(self.lanes.claiming + self._room(version))
         if not self.lanes.wait_ready(timeout=0.5):
             return False  # back-pressure (no room for another batch), or the claims are not mined yet
         # Everything generation needs is read before a lease is taken, so no outage drops a lease taken.
@@ -284,7 +286,7 @@ class WorkerLoop:
         self.lanes.submit(done.lease_id, partial(self._send, done, version, timings, started))
         return True
 
-    def _room(self) -> int:
+    def _room(self, version: int) -> int:
         """How many more leases this worker may claim now. The batches of all its leases in flight (claimed,
         being submitted, waiting for their committees) fit within the in-flight window, so a claimed lease is never
         held back by back-pressure. Claimed leases not yet worked are no more than it generates in half a lease
@@ -299,6 +301,8 @@ class WorkerLoop:
         room = min(room, ahead - self.lanes.claiming)
         if self._bound:
             room = min(room, self._bound - self.submitted - in_flight)
+        if room > 0:
+            room = min(room, self._demand_room(version))
         if room > 0:  # one read, only when it would claim: never more claims than free stake covers
             covered = collateral_room(self.registry, self.account.address, self.job.spec().slash_amount,
                                       self.lanes.unfinished_claims)
@@ -306,6 +310,21 @@ class WorkerLoop:
                 self._idle("InsufficientActiveStake")  # nothing in flight will free collateral: say why it waits
             room = min(room, covered)
         return max(0, room)
+
+    def _demand_room(self, version: int) -> int:
+        """How many more leases the trainer's demand leaves for batches generated with `version`
+        (`rollnet.node.demand`): what is wanted, less the claims mined since it counted and this worker's claims on
+        their way, and one more claim per read at most (workers reading the same count at once then overshoot it by
+        one lease each). One read, only when it would claim; no fresh demand heard: no limit."""
+        demand = self.follower.demand
+        if demand is None:
+            return self.window.cap
+        spec = self.job.spec()
+        left = unclaimed(demand, spec.tasks_per_lease, spec.max_staleness, version, self.job.lease_count())
+        left -= self.lanes.claiming
+        if left <= 0 and not (self.lanes.claiming or self.lanes.submitting or self._undecided):
+            self._idle("no demand")  # the trainer holds enough batches in flight to train on: say why it waits
+        return max(0, min(1, left))
 
     def _idle(self, reason: str) -> None:
         """Note (once per reason in a row) that there is no work this worker can take now, and why."""
@@ -320,6 +339,7 @@ class WorkerLoop:
 
         def claimed(lease: Lease) -> None:
             self._claimed_at[lease.lease_id] = sent
+            self._idle_reason = ""  # working again: the next wait is reported afresh
             self.events.emit("claim", lease=lease.lease_id, first_task=lease.first_task)
 
         lease = claim_with_seed(self.job, timings=timings, on_claim=claimed)

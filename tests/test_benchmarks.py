@@ -141,6 +141,9 @@ def test_efficiency_benchmark_runs_the_three_arms(tmp_path: Path, model_home: Pa
     assert report["efficiency"]["embedded"] == pytest.approx(market / local)
     assert report["latency"]["total"] > 0 and "verification" in report["latency"]
     assert 0 < report["verification_fraction"]["embedded"]
+    # The trainer's demand: the workers generate the 2 steps' 8 leases, and at most one more each for a race.
+    row = report["runs"][2]
+    assert row["trained_samples"] == 2 * 256 <= row["submitted_samples"] <= 2 * 256 + 3 * 64
     # The latency's ceilings: the budget (4) allows 5 steps of 32 x 8 samples per lease latency from generation on;
     # the 3 workers' windows (each starting at 4 leases) hold leases of 8 x 8 samples in flight for a whole latency.
     latency, ceilings = report["latency"], report["ceilings"]["embedded"]

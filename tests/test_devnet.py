@@ -107,8 +107,17 @@ def test_a_two_step_devnet_pays_its_workers_behind_stake_gates_and_writes_the_re
     assert final["version"] == 2 and final["folder"] in (tmp_path / "run" / "report.md").read_text()
     exported = AutoModelForCausalLM.from_pretrained(final["folder"])
     assert content_root(bf16_policy(exported)).hex() == final["root"] == chain_root
-    trainer_steps = [e for e in iter_events(tmp_path / "run" / "trainer" / "events.jsonl") if e["kind"] == "step"]
+    trainer_events = list(iter_events(tmp_path / "run" / "trainer" / "events.jsonl"))
+    trainer_steps = [e for e in trainer_events if e["kind"] == "step"]
     assert [s["version"] for s in trainer_steps] == [1, 2]
+    # The trainer's demand: two steps of 32 prompts at 8 tasks a lease are 8 leases. The workers claim no more,
+    # but for one lease each per read of the count they raced for (rollnet.node.demand); nothing more once done.
+    demands = [e for e in trainer_events if e["kind"] == "demand"]
+    first, last = demands[0], demands[-1]
+    assert first["supply_groups"] == 8 * first["in_flight"] and first["wanted"] + first["in_flight"] == 8
+    assert (last["steps_left"], last["wanted"]) == (0, 0)
+    claims = [e for name in ("worker-0", "worker-1") for e in events_of(net, name, "claim")]
+    assert 8 <= len(claims) <= 8 + 2 * 2, len(claims)
     assert all(s["samples"] > 0 for s in trainer_steps)  # at least one admitted rollout trained on per step
     trained = sum(s["groups"] for s in trainer_steps)  # the report's share of groups with reward spread
     spread = trained - sum(s["groups_without_signal"] for s in trainer_steps)

@@ -4,6 +4,7 @@ due lease is settled by one transaction rather than by everyone watching it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,16 @@ def test_the_book_is_the_chain_for_every_lease_in_flight_at_a_fixed_cost_per_pol
     resumed = LeaseBook(reader, market.deployed_at_block, tmp_path / "book.json")
     assert resumed.cursor == book.cursor and resumed.leases == book.leases
     assert resumed.enlisted == book.enlisted
+    assert resumed.claims == book.claims == reader.lease_count() == 14  # the job's leaseCount at the cursor
     assert _poll_requests(resumed) == 2 and not resumed.poll().finished  # no new block: nothing read, nothing again
+    # A book saved before it counted claims is folded again from the deployment block: its count is never low.
+    state = json.loads((tmp_path / "book.json").read_text())
+    del state["claims"]
+    (tmp_path / "book.json").write_text(json.dumps(state))
+    older = LeaseBook(reader, market.deployed_at_block, tmp_path / "book.json")
+    assert older.cursor == market.deployed_at_block - 1 and older.claims == 0
+    older.poll()
+    assert older.claims == 14 and older.leases == book.leases
 
 
 def test_a_due_lease_is_settled_once_by_its_worker_and_by_the_others_only_when_it_is_not(

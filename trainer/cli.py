@@ -254,6 +254,7 @@ def market_run(cli: CliContext, trainer: Trainer, job_client: JobClient, folder:
                                lease_book_path=book_file(folder, job_client.address, "trainer"))
         console.print(f"training job {job_client.address} from version {trainer.version} to {steps}; "
                       f"peer {address}")
+        market.start_demand(steps)  # before the held-out pass: no worker claims before it hears the demand
         base = market.held_out()
         events.emit("start", version=trainer.version, held_out=base, steps=steps)
         market.run(steps)

@@ -10,22 +10,26 @@ restart publishes what is missing (on chain, then by gossip) and nothing twice. 
 repeated, because gossip can be missed. Chain outages back off and retry; they never skip a batch or a version.
 A batch's bytes are fetched in the background from the moment its submission is seen, while its committee
 judges it and while the trainer trains (`Fetcher`: content-addressed, so what arrives is what was submitted);
-admission only reads them, and never waits for a fetch still running.
+admission only reads them, and never waits for a fetch still running. Before each step, and whenever it changes,
+the trainer gossips its demand (`rollnet.node.demand`): how many more leases it can train on within the
+staleness budget and its steps left, counted against the claims its lease book has folded.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import statistics
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollnet.node.chain.job import ChainSpec, JobClient, Lease, LeaseStatus, Outcome
 from rollnet.node.chain.registry import RegistryClient
 from rollnet.node.committee import CommitteeView
+from rollnet.node.demand import OpenLease, in_flight, leases_wanted, presumed_lost_after
 from rollnet.node.errors import ChainUnavailable, RollnetError
 from rollnet.node.events import EventLog
 from rollnet.node.keeper import final_outcome
@@ -33,7 +37,7 @@ from rollnet.node.lease_book import LeaseBook, LeaseEntry
 from rollnet.node.ledger import Pending, SubmissionLedger
 from rollnet.node.model.identity import loaded_model_files_hash
 from rollnet.node.p2p.authorize import JobAuthorizer
-from rollnet.node.p2p.envelopes import EnvelopeError, PolicyAnnouncement, seal
+from rollnet.node.p2p.envelopes import MAX_GROUPS, Demand, EnvelopeError, PolicyAnnouncement, seal
 from rollnet.node.p2p.fetch import Fetcher
 from rollnet.node.p2p.host import P2PNode, topics
 from rollnet.node.p2p.prefetch import Prefetcher
@@ -45,6 +49,9 @@ from rollnet.trainer.local import HELD_OUT_PROMPTS, held_out_accuracy
 from rollnet.trainer.trainer import StepReport, Trainer
 
 log = logging.getLogger(__name__)
+DEMAND_EVERY_S = 5.0  # an unchanged demand is repeated this often (gossip can be missed; followers let it age out)
+DEMAND_CHECK_S = 0.5  # the demand is counted again at most this often
+CLAIM_TIMES_KEPT = 16  # claim-to-submission times whose median says when a claimed lease is presumed lost
 
 
 def chain_decision(job: JobClient, lease: Lease | LeaseEntry, now: int, spec: ChainSpec) -> bool | None:
@@ -123,6 +130,16 @@ class MarketTrainer:
         self._on_chain = 0  # the newest version this trainer saw on chain after publishing
         self.prefetcher = Prefetcher(fetch)  # each batch's bytes, fetched from the moment it is submitted
         node.policy_source = lambda start: [self._announcements[v] for v in sorted(self._announcements) if v >= start]
+        self._target: int | None = None  # the version `run` trains up to (None: no target)
+        self._demand_nonce = time.time_ns()  # unique across restarts: followers admit each nonce once
+        self._demand_counted_at = 0.0
+        self._claimed_at: dict[int, int] = {}  # lease -> chain seconds at its claim, while only claimed
+        self._submitted_at: dict[int, int] = {}  # lease -> chain seconds when seen submitted, until judged
+        self._claim_to_submit: deque[float] = deque(maxlen=CLAIM_TIMES_KEPT)  # seconds, recent leases
+        self._demand_lock = threading.Lock()  # the demand goes out from the run loop and from its repeater
+        self._demand_body: Demand | None = None  # the last demand counted, repeated while the trainer trains
+        self._demand_stop = threading.Event()
+        self._demand_repeater: threading.Thread | None = None
 
     def announce_recent(self) -> None:
         """After a (re)start: announce the recent versions already on chain, so followers can catch up."""
@@ -199,11 +216,23 @@ class MarketTrainer:
                 if self.trainer.version - version <= self.buffer.max_staleness:
                     self.prefetcher.start(root, worker)
 
-        for entry in self.leases.poll(record).finished:
+        update = self.leases.poll(record)
+        now = self.leases.now
+        for entry in update.finished:
             self._finished[entry.lease_id] = entry
+            self._claimed_at.pop(entry.lease_id, None)
+        for entry in self.leases.open_leases():
+            if entry.status is LeaseStatus.LEASED:
+                self._claimed_at.setdefault(entry.lease_id, entry.deadline - self.spec.lease_duration)
+                continue
+            self._submitted_at.setdefault(entry.lease_id, now)
+            if (claimed_at := self._claimed_at.pop(entry.lease_id, None)) is not None:
+                self._claim_to_submit.append(max(0.0, float(now - claimed_at)))  # seen at this poll: a round late
 
     def close(self) -> None:
-        """Stop the background fetches (those running finish within the fetcher's deadline)."""
+        """Stop the background fetches (those running finish within the fetcher's deadline) and the demand's
+        repeater."""
+        self._demand_stop.set()
         self.prefetcher.close()
 
     def admit_ready(self) -> int:
@@ -262,6 +291,79 @@ class MarketTrainer:
         self.events.emit("admission", lease=row.lease_id, worker=row.worker, version=row.policy_version,
                          trainer_version=self.trainer.version, admitted=admitted, counts=dict(counts))
 
+    # ------------------------------------------------------------------ demand
+
+    def start_demand(self, steps: int) -> None:
+        """Train up to version `steps`: count the demand at once, so no worker claims before it hears one, and
+        keep repeating it (with a fresh timestamp) while the trainer trains and says nothing new."""
+        self._target = steps
+        try:
+            self.follow_submissions()
+            self.announce_demand(force=True)
+        except ChainUnavailable as exc:  # the run loop counts it once the chain is back
+            log.warning("the demand waits for the chain (%s)", exc)
+        if self._demand_repeater is None:
+            self._demand_repeater = threading.Thread(target=self._repeat_demand, name="demand", daemon=True)
+            self._demand_repeater.start()
+
+    def announce_demand(self, force: bool = False) -> None:
+        """Count what this trainer's demand depends on (`rollnet.node.demand`) and gossip it when it changed;
+        counted at most every DEMAND_CHECK_S unless `force`d (the repeater sends the same count every
+        DEMAND_EVERY_S). Called before a step (the trainer counts nothing while it trains), it counts as if the step
+        were taken: the version after it, and the buffer without its groups."""
+        if not force and time.monotonic() - self._demand_counted_at < DEMAND_CHECK_S:
+            return
+        self._demand_counted_at = time.monotonic()
+        prompts, target = self.trainer.config.prompts_per_step, self._target
+        version, ready, now = self.trainer.version, self.buffer.ready_groups, self.leases.now
+        if ready >= prompts and (target is None or version < target):
+            version, ready = version + 1, ready - prompts  # the step about to be taken
+        lost_after = presumed_lost_after(statistics.median(self._claim_to_submit) if self._claim_to_submit else None,
+                                         self.spec.lease_duration)
+        unjudged = self.ledger.unjudged(self.job.address)
+        waiting = {row.lease_id for row in unjudged}
+        self._submitted_at = {lease: at for lease, at in self._submitted_at.items() if lease in waiting}
+        leases = [OpenLease(row.lease_id, True, row.policy_version, self._submitted_at.setdefault(row.lease_id, now))
+                  for row in unjudged]
+        leases += [OpenLease(entry.lease_id, False, version,
+                             self._claimed_at.setdefault(entry.lease_id, entry.deadline - self.spec.lease_duration))
+                   for entry in self.leases.open_leases()
+                   if entry.status is LeaseStatus.LEASED and now < entry.deadline]
+        flying = in_flight(leases, version, self.spec.max_staleness, now, lost_after, self.spec.vote_window)
+        supply = min(MAX_GROUPS, ready + self.spec.tasks_per_lease * flying)
+        body = Demand(job=self.job.address, nonce=0, timestamp=time.time(), version=version,
+                      prompts_per_step=prompts, supply_groups=supply,
+                      steps_left=None if target is None else max(0, target - version),
+                      claims_seen=self.leases.claims)
+        if self._demand_body is not None and body.model_dump(exclude={"nonce", "timestamp"}) == \
+                self._demand_body.model_dump(exclude={"nonce", "timestamp"}):
+            return  # unchanged: the repeater sends it again
+        on_chain = min(self._on_chain, version)
+        self.events.emit("demand", version=version, supply_groups=supply, in_flight=flying,
+                         claims_seen=body.claims_seen, steps_left=body.steps_left, chain_version=on_chain,
+                         wanted=leases_wanted(body, self.spec.tasks_per_lease, self.spec.max_staleness, on_chain))
+        self._send_demand(body)
+
+    def _send_demand(self, body: Demand) -> None:
+        """Seal `body` with a fresh nonce and timestamp (followers keep the newest), and gossip it."""
+        with self._demand_lock:
+            self._demand_nonce += 1
+            fresh = body.model_copy(update={"nonce": self._demand_nonce, "timestamp": time.time()})
+            self.node.publish(self.policy_topic, seal(fresh, self.trainer.signer))
+            self._demand_body = fresh
+
+    def _repeat_demand(self) -> None:
+        """(On its own thread.) The last count again every DEMAND_EVERY_S: the trainer counts nothing while it
+        trains, and gossip can be missed. Repeating an old count is safe: workers subtract the claims since."""
+        while not self._demand_stop.wait(DEMAND_EVERY_S):
+            body = self._demand_body
+            if body is None or time.time() - body.timestamp < DEMAND_EVERY_S:
+                continue
+            try:
+                self._send_demand(body)
+            except Exception as exc:  # noqa: BLE001 - a host shutting down; the next repeat tries again
+                log.info("could not repeat the demand: %s", exc)
+
     # ------------------------------------------------------------------ training
 
     def held_out(self) -> float:
@@ -316,6 +418,7 @@ class MarketTrainer:
         self.take_verdicts()
         self.follow_submissions()
         decided = self.admit_ready()
+        self.announce_demand(force=bool(decided))  # before a step: the trainer says nothing while it trains
         trained = self.train_if_ready()
         self.reannounce()
         return bool(decided) or trained
@@ -323,6 +426,7 @@ class MarketTrainer:
     def run(self, steps: int, poll_s: float = 0.2) -> None:
         """Train until version `steps` exists, then see every version persisted and on chain."""
         backoff = poll_s
+        self.start_demand(steps)
         while self.trainer.version < steps or self._on_chain < self.trainer.version:
             try:
                 if self.trainer.version < steps:
@@ -331,6 +435,7 @@ class MarketTrainer:
                     if not self.round():
                         time.sleep(poll_s)  # nothing to do: wait for the chain and the gossip
                 else:
+                    self.announce_demand()  # nothing more is wanted
                     self.trainer.close()  # the last steps written, their callbacks run
                 self.publish_current()
                 backoff = poll_s

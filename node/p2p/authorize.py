@@ -1,6 +1,6 @@
 """Who may say what on a job's gossip topics, beyond a valid signature.
 
-Invariants: a policy announcement counts only when signed by the job's trainer address; a `have`
+Invariants: a policy announcement or a demand counts only when signed by the job's trainer address; a `have`
 announcement only when its signer is the address registered (on chain) for the announced peer ID, so no
 one can advertise another peer as a provider; a verdict only when its signer is an active validator.
 Lookups go through a TTL cache, so a flood of messages costs one chain read per signer per window.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from eth_utils import to_checksum_address
 from rollnet.node.chain.registry import RegistryClient, Role
 from rollnet.node.errors import RollnetError
-from rollnet.node.p2p.envelopes import Body, Envelope, Have, PolicyAnnouncement, Verdict
+from rollnet.node.p2p.envelopes import Body, Demand, Envelope, Have, PolicyAnnouncement, Verdict
 from rollnet.node.p2p.identity import b58decode
 
 Authorizer = Callable[[Envelope, Body], bool]
@@ -49,7 +49,7 @@ class JobAuthorizer:
     def __call__(self, envelope: Envelope, body: Body) -> bool:
         if body.job != self.job:
             return False
-        if isinstance(body, PolicyAnnouncement):
+        if isinstance(body, PolicyAnnouncement | Demand):
             return envelope.signer == self.trainer
         if self.registry is None:
             return False

@@ -1,4 +1,4 @@
-"""Signed gossip messages: policy announcements, `have` announcements and validator verdicts.
+"""Signed gossip messages: policy announcements, the trainer's demand, `have` announcements and validator verdicts.
 
 Wire form: a JSON object {"kind", "body", "signer", "signature"}; body fields are checked by a pydantic
 model per kind; the signature is an EIP-191 signature by `signer` over blake3("rollnet-gossip-v1" |
@@ -52,6 +52,22 @@ class PolicyAnnouncement(Body):
     delta_size: int = Field(ge=1)
 
 
+MAX_GROUPS = 10_000_000  # more groups than any step or queue holds: anything above is refused as malformed
+
+
+class Demand(Body):
+    """What the trainer's demand for leases depends on (see rollnet.node.demand): the version it will be at once
+    its step in progress is done, its prompts per step, the groups it has or has in flight (`supply_groups`), its
+    steps left (None: no target), and the job's `leaseCount` when it counted (`claims_seen`). Advisory: claims stay
+    open on chain; an honest worker claims no more than it leaves."""
+
+    version: int = Field(ge=0)
+    prompts_per_step: int = Field(ge=1, le=MAX_GROUPS)
+    supply_groups: int = Field(ge=0, le=MAX_GROUPS)
+    steps_left: int | None = Field(default=None, ge=0)
+    claims_seen: int = Field(ge=0)
+
+
 class Have(Body):
     """`peer_id` (registered to the signer) holds the object `root`, wholly or in part."""
 
@@ -69,7 +85,7 @@ class Verdict(Body):
     reason: str = Field(max_length=200)
 
 
-KINDS: dict[str, type[Body]] = {"policy": PolicyAnnouncement, "have": Have, "verdict": Verdict}
+KINDS: dict[str, type[Body]] = {"policy": PolicyAnnouncement, "demand": Demand, "have": Have, "verdict": Verdict}
 
 
 class EnvelopeError(ValueError):
@@ -78,7 +94,7 @@ class EnvelopeError(ValueError):
 
 class Envelope(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: Literal["policy", "have", "verdict"]
+    kind: Literal["policy", "demand", "have", "verdict"]
     body: dict
     signer: str
     signature: str = Field(pattern=r"^0x[0-9a-f]{130}$")

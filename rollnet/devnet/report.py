@@ -73,7 +73,10 @@ def build_report(state: RunState, *, params: int, budget: int, gas: dict[str, di
         "signal_fraction": (groups_consumed - without_signal) / groups_consumed if groups_consumed else 0.0,
         "samples": {"accepted": sum(e["rollouts"] for p in state.people.values() for e in p.of("submit")
                                     if admissions.get(e["lease"], {}).get("admitted")),
-                    "consumed_by_training": consumed, "trained_with_signal": trained},
+                    "consumed_by_training": consumed, "trained_with_signal": trained,
+                    # every batch submitted, trained on or not: what the workers generated (and the requester may
+                    # have paid for) beyond the consumed samples was never trained on
+                    "submitted": sum(e["rollouts"] for p in state.people.values() for e in p.of("submit"))},
         "held_out": {"base": held[0]["accuracy"] if held else None, "final": held[-1]["accuracy"] if held else None,
                      "by_version": {h["version"]: h["accuracy"] for h in held}},
         "reward_by_version": {s["version"]: s["reward"] for s in steps},
@@ -276,6 +279,7 @@ def _appeals(appeals: list[dict]) -> str:
 def markdown(report: dict) -> str:
     held, staleness, prediction = report["held_out"], report["staleness"], report["prediction"]
     deltas, gas, money, run = report["deltas"], report["gas"], report["money"], report["run"]
+    samples = report["samples"]
     fixed = run.get("max_undecided")
     window_leases = report["throughput"].get("ceilings", {}).get("window_leases")
     windows = (f"at most {fixed} lease(s) in flight per worker" if fixed else "adaptive in-flight windows"
@@ -291,6 +295,7 @@ def markdown(report: dict) -> str:
         if held["base"] is not None else "| held-out greedy accuracy | - |",
         f"| realised staleness g | mean {staleness['mean_g']:.2f}, max {staleness['max_g']} |",
         f"| trained groups with reward spread (signal) | {report['signal_fraction']:.0%} |",
+        f"| samples submitted / trained on | {samples['submitted']:,} / {samples['consumed_by_training']:,} |",
         f"| delta per version | {deltas['mean_bytes']:,.0f} B mean vs {deltas['full_bf16_bytes']:,} B full bf16 "
         f"({deltas['full_bf16_bytes'] / max(1.0, deltas['mean_bytes']):.0f}× smaller) |",
         f"| broadcast (announce → applied) | {deltas['mean_broadcast_s']:.3f} s mean |",
