@@ -18,8 +18,10 @@ budget g:
 
 A claimed lease counts as in flight until it is submitted or until `presumed_lost_s` after its claim (twice the
 claim-to-submission time measured on recent leases, or the whole lease before any was measured); a submitted one
-until the trainer admits or refuses it, or until the vote window and that same time have passed since it was
-seen submitted (its bytes may never arrive: a worker that died after submitting). So a lost lease holds the
+until the trainer admits or refuses it, until its committee decides against it (reject or void: the trainer
+refuses it once the appeal window has passed, and an appeal that reverses it only brings a batch more), or until
+the vote window and that same time have passed since it was seen submitted (its bytes may never arrive: a worker
+that died after submitting). So a lost lease holds the
 demand back for a bounded time, never for good.
 
 A worker may claim `unclaimed(...)`: what is wanted less the claims mined since the trainer counted, one lease
@@ -68,6 +70,7 @@ class OpenLease:
     submitted: bool
     policy_version: int  # the chain's version at the claim, then the batch's version
     since: int | None  # chain seconds at its claim, or when it was seen submitted (None: unknown, counted)
+    decided_against: bool = False  # its round was decided reject or void: refused unless an appeal reverses it
 
 
 def in_flight(leases: Iterable[OpenLease], version: int, max_staleness: int, now: int, presumed_lost_s: float,
@@ -78,6 +81,8 @@ def in_flight(leases: Iterable[OpenLease], version: int, max_staleness: int, now
     for lease in leases:
         if version - lease.policy_version > max_staleness:
             continue  # it would arrive too stale
+        if lease.decided_against:
+            continue  # the committee refused it: the trainer refuses it once its appeal window passes
         limit = presumed_lost_s + (vote_window_s if lease.submitted else 0)
         if lease.since is not None and now - lease.since > limit:
             continue  # late: presumed lost until it shows up

@@ -76,6 +76,7 @@ def test_a_lease_is_in_flight_while_fresh_and_its_worker_not_presumed_gone() -> 
         OpenLease(5, submitted=False, policy_version=6, since=None),  # claimed before this trainer started
         OpenLease(6, submitted=True, policy_version=6, since=920),  # unjudged 80 s after submission: within the
         OpenLease(7, submitted=True, policy_version=6, since=800),  # vote window and 40 s, not 200 s after
+        OpenLease(8, submitted=True, policy_version=6, since=990, decided_against=True),  # its committee rejected it
     ]
     assert in_flight(leases, version=6, max_staleness=2, now=1000, presumed_lost_s=40.0, vote_window_s=60) == 4
     assert in_flight(leases, version=6, max_staleness=2, now=1000, presumed_lost_s=1800.0, vote_window_s=60) == 6

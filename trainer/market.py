@@ -323,7 +323,8 @@ class MarketTrainer:
         unjudged = self.ledger.unjudged(self.job.address)
         waiting = {row.lease_id for row in unjudged}
         self._submitted_at = {lease: at for lease, at in self._submitted_at.items() if lease in waiting}
-        leases = [OpenLease(row.lease_id, True, row.policy_version, self._submitted_at.setdefault(row.lease_id, now))
+        leases = [OpenLease(row.lease_id, True, row.policy_version, self._submitted_at.setdefault(row.lease_id, now),
+                            decided_against=self._decided_against(row.lease_id))
                   for row in unjudged]
         leases += [OpenLease(entry.lease_id, False, version,
                              self._claimed_at.setdefault(entry.lease_id, entry.deadline - self.spec.lease_duration))
@@ -343,6 +344,14 @@ class MarketTrainer:
                          claims_seen=body.claims_seen, steps_left=body.steps_left, chain_version=on_chain,
                          wanted=leases_wanted(body, self.spec.tasks_per_lease, self.spec.max_staleness, on_chain))
         self._send_demand(body)
+
+    def _decided_against(self, lease_id: int) -> bool:
+        """Whether the lease book has the lease's current round decided reject or void (final or not)."""
+        entry = self._finished.get(lease_id) or self.leases.get(lease_id)
+        if entry is None:
+            return False
+        return entry.status is LeaseStatus.DECIDED and entry.outcome in (Outcome.REJECT, Outcome.VOID) or \
+            entry.status in (LeaseStatus.SLASHED, LeaseStatus.LAPSED, LeaseStatus.RETURNED)
 
     def _send_demand(self, body: Demand) -> None:
         """Seal `body` with a fresh nonce and timestamp (followers keep the newest), and gossip it."""
