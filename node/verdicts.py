@@ -2,8 +2,11 @@
 
 A verdict is a `verdict` envelope (p2p.envelopes): validator V says the batch with root R under lease L of
 job J is accepted or rejected, and why, signed by V's Ethereum key, so anyone can check it before any
-block confirms the votes. Invariant: `VerdictBook.admitted` is true only when (1) the validators who signed
-an accepting verdict for that exact job, lease and root hold, as members of the lease's first committee,
+block confirms the votes. A round-0 vote to accept on chain, for the root the lease book has from the lease's
+submission, counts as that member's accepting verdict too: it is signed by the same key, and a trainer that
+restarted after the gossip went by still has it. Invariant: `VerdictBook.admitted` is true only when (1) the
+validators who signed an accepting verdict (by gossip or by their round-0 vote) for that exact job, lease and
+root hold, as members of the lease's first committee,
 more than half of that round's total validator weight (the rule by which the contract decides a round
 early, with the weights the contract computes: `BookCommittee` works them out as `TrainingJob.memberWeight`
 does, from the round's start block, as soon as the trainer's lease book has seen it); (2) no member of that
@@ -47,6 +50,8 @@ class Committee(Protocol):
     def vote_closed(self, lease_id: int) -> bool: ...
 
     def objected(self, lease_id: int) -> bool: ...
+
+    def accepted_on_chain(self, lease_id: int, root: bytes) -> list[str]: ...
 
 
 def seal_verdict(job: str, lease_id: int, root: bytes, accept: bool, reason: str, account: LocalAccount) -> bytes:
@@ -94,6 +99,13 @@ class BookCommittee:
                            and entry.outcome is not Outcome.ACCEPT)
         return rejected_on_chain or decided_against
 
+    def accepted_on_chain(self, lease_id: int, root: bytes) -> list[str]:
+        """The validators whose round-0 vote on chain accepted this lease's batch, if `root` is what was submitted."""
+        entry = self.book.get(lease_id)
+        if entry is None or entry.root.lower() != root.hex():
+            return []
+        return [validator for validator, accept in entry.votes.get(0, {}).items() if accept]
+
 
 class VerdictBook:
     """Collects verdicts; says which leases' batches their first committee accepted, as the trainer needs it."""
@@ -115,7 +127,10 @@ class VerdictBook:
 
     def admitted(self, lease_id: int, root: bytes) -> bool:
         accepting_weight, accepting_stake, total = 0, 0, 0
-        for validator, accept in self._votes.get((lease_id, root.hex()), {}).items():
+        verdicts = dict(self._votes.get((lease_id, root.hex()), {}))
+        for validator in self.committee.accepted_on_chain(lease_id, root):
+            verdicts.setdefault(validator, True)  # a rejection by gossip still objects
+        for validator, accept in verdicts.items():
             seat = self.committee.seat(lease_id, validator)
             if not seat.weight:
                 continue  # not on the committee: neither counts nor objects

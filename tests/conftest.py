@@ -84,6 +84,13 @@ def advance_time(client: ChainClient, seconds: int) -> None:
     client.rpc("evm_mine", [])
 
 
+def mine_blocks(client: ChainClient, blocks: int) -> None:
+    """Mine `blocks` empty blocks at once. Thousands take anvil seconds on a loaded machine, longer than a
+    participant's request timeout, so this one request gets its own patient client."""
+    patient = ChainClient(client.rpc_url, request_timeout=300)
+    patient.rpc("anvil_mine", [hex(blocks)])
+
+
 @pytest.fixture(scope="session")
 def model_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data dir holding the embedded default model, materialised once per test session from its shipped

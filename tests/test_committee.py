@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import ETH, REPO, advance_time, client_for
+from conftest import ETH, REPO, advance_time, client_for, mine_blocks
 from rollnet.node.chain.anvil import AnvilProcess
 from rollnet.node.chain.client import ChainClient
 from rollnet.node.chain.job import FactoryClient, JobClient
@@ -102,7 +102,7 @@ def test_the_local_committee_is_the_contracts(market: Deployment, anvil: AnvilPr
     assert seated == len(STAKES)  # the final round seats everyone
 
     # A round never drawn whose start block's hash is gone: no committee, here as on chain.
-    worker.client.rpc("anvil_mine", [hex(BLOCKHASH_WINDOW + 2)])
+    mine_blocks(worker.client, BLOCKHASH_WINDOW + 2)
     book.poll()
     assert _agree(worker, view, book, leases[3], 0) == 0
     # ...which is not an empty draw: the members may have stayed away, so it is no reason to appeal

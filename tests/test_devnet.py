@@ -217,7 +217,9 @@ def test_the_run_survives_a_dead_worker_a_dead_validator_and_a_cheater(tmp_path:
     try:
         net.start()
         job = net.job_client()
-        wait_until(lambda: events_of(net, "worker-1", "claim"), 120, "worker-1 to claim a lease")
+        # a bound on a hung start, no speed check: with both cores loaded, seven processes importing torch at once
+        # took over two minutes before worker-1 could claim
+        wait_until(lambda: events_of(net, "worker-1", "claim"), 300, "worker-1 to claim a lease")
         net.kill("worker-1")
         wait_until(lambda: len(events_of(net, "trainer", "step")) >= 2, 180, "two training steps")
         # It claims ahead: it dies holding every lease it claimed (the chain has each, mined or not logged).

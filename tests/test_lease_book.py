@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ETH, REPO, advance_time, client_for
+from conftest import ETH, REPO, advance_time, client_for, mine_blocks
 from rollnet.node.chain.anvil import AnvilProcess, start_anvil
 from rollnet.node.chain.client import LOG_RANGE_BLOCKS, ChainClient
 from rollnet.node.chain.deploy import RegistryParams, deploy_market
 from rollnet.node.chain.job import FactoryClient, JobClient, LeaseStatus, Outcome
 from rollnet.node.chain.logs import EventDecoder
 from rollnet.node.chain.registry import RegistryClient, Role
+from rollnet.node.committee import CommitteeView
 from rollnet.node.config import Deployment
 from rollnet.node.errors import ChainUnavailable
 from rollnet.node.events import EventLog
@@ -23,6 +24,7 @@ from rollnet.node.keys import dev_account
 from rollnet.node.lease_book import LeaseBook, book_file
 from rollnet.node.p2p.identity import PeerIdentity
 from rollnet.node.spec import load_job_spec
+from rollnet.node.verdicts import BookCommittee, VerdictBook, seal_verdict
 from rollnet.node.worker import claim_with_seed
 
 WORKER, VALIDATOR_A, VALIDATOR_B, BYSTANDER, REQUESTER = 1, 2, 3, 4, 0
@@ -235,7 +237,7 @@ def test_a_poll_that_loses_the_chain_midway_hands_over_what_it_folded_and_counts
     b.vote_batch({lease_id: True})
     advance_time(worker.client, worker.lease(lease_id).deadline + 1 - worker.client.now())
     worker.finalize(lease_id)
-    worker.client.rpc("anvil_mine", [hex(LOG_RANGE_BLOCKS + 5)])  # a second range of blocks to read
+    mine_blocks(worker.client, LOG_RANGE_BLOCKS + 5)  # a second range of blocks to read
 
     # A repeated Voted log (a node answering a range twice) does not count its weight twice.
     (voted, *_) = worker.client.logs(worker.contract, ["Voted"], market.deployed_at_block, worker.client.block_number())
@@ -267,3 +269,33 @@ def test_each_follower_keeps_its_own_book_and_hashed_topics_are_never_decoded(tm
              "inputs": [{"name": "label", "type": "string", "indexed": True}]}
     with pytest.raises(ValueError, match="label"):
         EventDecoder([named], ["Named"])  # its topic holds keccak(label), not the label
+
+
+def test_a_restarted_trainer_admits_by_the_committees_votes_on_chain_without_their_gossip(
+        market: Deployment, anvil: AnvilProcess) -> None:
+    """The verdict book counts a member's round-0 vote to accept on chain as its verdict, for the root the lease was
+    submitted with: a trainer that restarted after the verdicts' gossip went by admits as soon as the votes are
+    mined, not an appeal window later. A rejection by gossip still objects, another root is never admitted, and a
+    lone accepting member (half the stake) is not enough, on chain as by gossip."""
+    address = _job(market, anvil)
+    worker = JobClient(client_for(anvil, WORKER), address)
+    a, b = (JobClient(client_for(anvil, i), address) for i in (VALIDATOR_A, VALIDATOR_B))
+    root = b"\x22" * 32
+    leases = [claim_with_seed(worker).lease_id for _ in range(2)]
+    for lease_id in leases:
+        worker.submit(lease_id, root, 1)
+    reader = JobClient(ChainClient(anvil.url), address)
+    book = LeaseBook(reader, market.deployed_at_block)
+    view = CommitteeView(reader, RegistryClient(reader.client, market.registry), market.deployed_at_block)
+    verdicts = VerdictBook(address, BookCommittee(view, book))
+
+    a.vote_batch({lease_id: True for lease_id in leases})
+    book.poll()
+    assert not any(verdicts.admitted(lease_id, root) for lease_id in leases)  # 10 of 20 ETH: no majority
+    b.vote_batch({lease_id: True for lease_id in leases})
+    book.poll()
+    first, second = leases
+    assert verdicts.admitted(first, root)  # no gossip heard at all
+    assert not verdicts.admitted(first, b"\x33" * 32)  # only the submitted root
+    verdicts.add(seal_verdict(address, second, root, False, "TOPLOC", dev_account(VALIDATOR_A)))
+    assert not verdicts.admitted(second, root)  # a member's rejection by gossip objects over its vote on chain

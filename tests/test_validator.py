@@ -116,6 +116,9 @@ class Committee:
     def objected(self, lease_id: int) -> bool:
         return False
 
+    def accepted_on_chain(self, lease_id: int, root: bytes) -> list[str]:
+        return []
+
 
 def test_verdict_book_needs_accepting_members_holding_more_than_half_the_weight() -> None:
     book = VerdictBook(JOB, Committee({VALIDATOR.address: (40, 40), OTHER.address: (30, 30)}, total=100))
