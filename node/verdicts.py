@@ -3,8 +3,10 @@
 A verdict is a `verdict` envelope (p2p.envelopes): validator V says the batch with root R under lease L of
 job J is accepted or rejected, and why, signed by V's Ethereum key, so anyone can check it before any
 block confirms the votes. A round-0 vote to accept on chain, for the root the lease book has from the lease's
-submission, counts as that member's accepting verdict too: it is signed by the same key, and a trainer that
-restarted after the gossip went by still has it. Invariant: `VerdictBook.admitted` is true only when (1) the
+submission, counts as that member's accepting verdict too: it is sent by the same key, for a lease whose root
+cannot change once submitted (the vote names the lease, not the root; the lease book follows the head, so a reorg
+that replays a vote is not handled here), and a trainer that restarted after the gossip went by still has it.
+Invariant: `VerdictBook.admitted` is true only when (1) the
 validators who signed an accepting verdict (by gossip or by their round-0 vote) for that exact job, lease and
 root hold, as members of the lease's first committee,
 more than half of that round's total validator weight (the rule by which the contract decides a round
@@ -100,9 +102,10 @@ class BookCommittee:
         return rejected_on_chain or decided_against
 
     def accepted_on_chain(self, lease_id: int, root: bytes) -> list[str]:
-        """The validators whose round-0 vote on chain accepted this lease's batch, if `root` is what was submitted."""
+        """The validators whose round-0 vote on chain accepted this lease's batch, if `root` is what was submitted and
+        the lease is still in round 0 (once appealed, only the chain's outcome decides)."""
         entry = self.book.get(lease_id)
-        if entry is None or entry.root.lower() != root.hex():
+        if entry is None or entry.round != 0 or entry.root.lower() != root.hex():
             return []
         return [validator for validator, accept in entry.votes.get(0, {}).items() if accept]
 
